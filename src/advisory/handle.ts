@@ -1,0 +1,81 @@
+import type { LockLostError } from '../errors.js';
+import type { LockMode } from '../observe/observer.js';
+
+/** A held lock. Release it (or let `await using` do so); watch `signal` to learn of its loss. */
+export interface LockHandle {
+  readonly name: string | null;
+  readonly key: bigint;
+  readonly mode: LockMode;
+  /** The fencing token when fencing was asked for (always for leases), else null. */
+  readonly token: bigint | null;
+  /** Aborts, with a LockLostError reason, the moment the lock is lost. */
+  readonly signal: AbortSignal;
+  readonly acquiredAt: Date;
+  /** Idempotent: true if this call released a lock that was still held. Never throws on a dead session. */
+  release(): Promise<boolean>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+/**
+ * The shared life cycle of every handle kind: held until released or lost, and the loss reaches
+ * `signal` exactly once. Subclasses say how to give the lock back.
+ */
+export abstract class BaseHandle implements LockHandle {
+  readonly acquiredAt = new Date();
+  /** performance.now() at grant, for hold durations. */
+  readonly grantedAt = performance.now();
+  private readonly controller = new AbortController();
+  state: 'held' | 'released' | 'lost' = 'held';
+  private releasing: Promise<boolean> | null = null;
+
+  constructor(
+    readonly name: string | null,
+    readonly key: bigint,
+    readonly mode: LockMode,
+    readonly token: bigint | null,
+  ) {}
+
+  get signal(): AbortSignal {
+    return this.controller.signal;
+  }
+
+  get held(): boolean {
+    return this.state === 'held';
+  }
+
+  release(): Promise<boolean> {
+    if (this.releasing) return this.releasing.then(() => false);
+    if (this.state !== 'held') return Promise.resolve(false);
+    this.releasing = this.doRelease().then(
+      (released) => released,
+      () => false,
+    );
+    return this.releasing;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.release();
+  }
+
+  /** Gives the lock back; resolves true if it was still held. Called once. */
+  protected abstract doRelease(): Promise<boolean>;
+
+  /** Marks the handle lost and aborts its signal; false if it was no longer held. */
+  markLost(err: LockLostError): boolean {
+    if (this.state !== 'held') return false;
+    this.state = 'lost';
+    this.controller.abort(err);
+    return true;
+  }
+
+  /** Marks the handle released (the lock manager calls this as it lets go). */
+  markReleased(): boolean {
+    if (this.state !== 'held') return false;
+    this.state = 'released';
+    return true;
+  }
+
+  get holdMs(): number {
+    return performance.now() - this.grantedAt;
+  }
+}

@@ -1,0 +1,482 @@
+import { LockLostError, LockTimeoutError, LockUnavailableError, type LockLostReason } from '../errors.js';
+import type { LockTarget } from '../keys.js';
+import type { LockMode, Observer } from '../observe/observer.js';
+import { setLongTimeout } from '../options.js';
+import { Op, type OpCode } from '../session/advisory-sql.js';
+import type { ReleaseListener } from '../session/listener.js';
+import type { Session } from '../session/session.js';
+import type { SessionPool } from '../session/session-pool.js';
+import { SessionLostError } from '../session/session.js';
+import { BaseHandle } from './handle.js';
+
+export interface AcquireRequest {
+  target: LockTarget;
+  mode: LockMode;
+  /** 0 = one attempt; Infinity = no bound. */
+  timeoutMs: number;
+  signal: AbortSignal | undefined;
+  /** Maximum hold, or undefined. */
+  ttlMs: number | undefined;
+}
+
+/** Wake-up polls back a waiter up when a release went unannounced (a holder's session died, a non-pgfence holder). */
+const FIRST_POLL_MS = 50;
+const MAX_POLL_MS = 1000;
+/** A marker registration that collided with a release probe is retried this soon. */
+const REREGISTER_MS = 5;
+
+interface Waiter {
+  readonly request: AcquireRequest;
+  readonly startedAt: number;
+  /** Has failed a try: it now waits for a wake-up, announced by a marker. */
+  waiting: boolean;
+  /** Its last polite try stood back for waiters elsewhere (so it registers without trying). */
+  yielded: boolean;
+  /** A contention event was reported for it. */
+  contended: boolean;
+  settled: boolean;
+  resolve(handle: AdvisoryLockHandle | null): void;
+  reject(err: unknown): void;
+  cleanup(): void;
+}
+
+interface KeyState {
+  readonly key: bigint;
+  /** The mode this process holds the key in on the server, or null. */
+  heldMode: LockMode | null;
+  /** The session that holds it. */
+  session: Session | null;
+  readonly holders: Set<AdvisoryLockHandle>;
+  readonly queue: Waiter[];
+  /** An operation for this key is in flight: at most one at a time, in order. */
+  busy: boolean;
+  /** A release was announced (or a poll fell due) while busy. */
+  wakePending: boolean;
+  /** The session whose marker announces this process's waiters, or null. */
+  markerSession: Session | null;
+  pollTimer: NodeJS.Timeout | null;
+  pollDelayMs: number;
+  /** Resolvers of release() calls waiting for the unlock to complete. */
+  releaseWaiters: ((released: boolean) => void)[];
+  /** Until when local shared grants defer to waiters elsewhere (set when a release found some). */
+  contendedUntil: number;
+}
+
+/**
+ * Session advisory locks of one locker. Per key it keeps the local holders and a FIFO queue of
+ * local waiters, and drives at most one database operation at a time:
+ *
+ * - a fresh request tries politely (it yields to waiters of other processes: no barging);
+ * - a request that finds the lock busy registers a marker for its key and waits for the NOTIFY that a
+ *   release sends when it sees a marker, with a backing-off poll for releases nobody announced;
+ * - only the head of the local queue talks to the database, so N local waiters cost one marker.
+ *
+ * A key is held at most once per session on the server; several local shared holders share that hold.
+ */
+export class AdvisoryLockManager {
+  private readonly states = new Map<bigint, KeyState>();
+  private waitingCount = 0;
+  private heldCount = 0;
+  closed = false;
+
+  constructor(
+    private readonly sessions: SessionPool,
+    private readonly listener: ReleaseListener,
+    private readonly observer: Observer,
+  ) {}
+
+  get held(): number {
+    return this.heldCount;
+  }
+  get waiting(): number {
+    return this.waitingCount;
+  }
+
+  /** Resolves with a handle, or null when timeoutMs ran out and `nullOnTimeout` (tryAcquire). */
+  acquire(request: AcquireRequest, nullOnTimeout: boolean): Promise<AdvisoryLockHandle | null> {
+    if (this.closed) return Promise.reject(new LockUnavailableError('the locker is closed'));
+    if (request.signal?.aborted) return Promise.reject(request.signal.reason);
+    const state = this.stateOf(request.target.key);
+    return new Promise<AdvisoryLockHandle | null>((resolve, reject) => {
+      const cancelTimer =
+        request.timeoutMs > 0 ? setLongTimeout(() => this.giveUp(state, waiter, null), request.timeoutMs) : () => {};
+      const onAbort = () => this.giveUp(state, waiter, request.signal!.reason);
+      request.signal?.addEventListener('abort', onAbort, { once: true });
+      const waiter: Waiter = {
+        request,
+        startedAt: performance.now(),
+        waiting: false,
+        yielded: false,
+        contended: false,
+        settled: false,
+        resolve,
+        reject,
+        cleanup: () => {
+          cancelTimer();
+          request.signal?.removeEventListener('abort', onAbort);
+        },
+      };
+      waiter.resolve = (h) => (nullOnTimeout || h ? resolve(h) : reject(this.timeoutError(waiter)));
+      state.queue.push(waiter);
+      this.waitingCount++;
+      if (state.queue.length > 1 || state.heldMode) {
+        // Busy here already: a single try fails at once; anyone else queues behind the local holders.
+        if (request.timeoutMs === 0 && !this.canShare(state, waiter)) {
+          this.settle(state, waiter, () => waiter.resolve(null));
+          this.pump(state);
+          return;
+        }
+        if (!this.canShare(state, waiter)) this.contended(waiter);
+      }
+      this.pump(state);
+    });
+  }
+
+  /** Called by the listener: a release of `key` was announced. */
+  onRelease(key: bigint): void {
+    const state = this.states.get(key);
+    if (!state || state.queue.length === 0) return;
+    this.wake(state);
+  }
+
+  /** Called by the session pool: everything the session held is gone. */
+  onSessionLost(session: Session, err: Error): void {
+    for (const state of this.states.values()) {
+      if (state.markerSession === session) state.markerSession = null;
+      if (state.session !== session) continue;
+      const holders = [...state.holders];
+      state.heldMode = null;
+      state.session = null;
+      for (const h of holders) this.loseHandle(state, h, 'session-lost', err);
+      this.settleReleases(state, false);
+      this.pump(state);
+    }
+  }
+
+  /** Releases every held lock, fails every waiter, and stops. */
+  async close(): Promise<void> {
+    this.closed = true;
+    const unlocks: Promise<boolean>[] = [];
+    for (const state of this.states.values()) {
+      for (const w of [...state.queue]) this.settle(state, w, () => w.reject(new LockUnavailableError('the locker was closed')));
+      for (const h of [...state.holders]) unlocks.push(h.release());
+    }
+    await Promise.all(unlocks);
+    for (const state of this.states.values()) if (state.pollTimer) clearTimeout(state.pollTimer);
+  }
+
+  /** A handle gives its lock back. */
+  release(handle: AdvisoryLockHandle): Promise<boolean> {
+    const state = this.states.get(handle.key);
+    if (!state || !state.holders.has(handle) || !handle.markReleased()) return Promise.resolve(false);
+    this.dropHolder(state, handle);
+    this.observer.released({ ...handle.info(), token: handle.token, holdMs: handle.holdMs });
+    if (state.holders.size > 0) return Promise.resolve(true); // other local shared holders keep the server hold
+    return new Promise((resolve) => {
+      state.releaseWaiters.push(resolve);
+      this.pump(state);
+    });
+  }
+
+  /** A handle's TTL ran out: it is lost, and the lock goes back. */
+  expire(handle: AdvisoryLockHandle): void {
+    const state = this.states.get(handle.key);
+    if (!state || !state.holders.has(handle)) return;
+    this.loseHandle(state, handle, 'ttl-expired');
+    this.pump(state);
+  }
+
+  // ---- the per-key state machine ----
+
+  private pump(state: KeyState): void {
+    if (state.busy) return;
+    // 1. Nobody here holds it any more: give the server hold back.
+    if (state.heldMode && state.holders.size === 0) {
+      this.unlock(state);
+      return;
+    }
+    // 2. Serve the local queue.
+    const head = state.queue[0];
+    if (head) {
+      if (state.heldMode) {
+        if (this.canShare(state, head)) {
+          this.grant(state, head, state.session!);
+          this.pump(state);
+        }
+        return; // else: wait for the local holders to release
+      }
+      this.attempt(state, head);
+      return;
+    }
+    // 3. Nobody waits here any more: withdraw the marker.
+    if (state.markerSession) {
+      this.unregisterMarker(state);
+      return;
+    }
+    if (state.heldMode === null && state.releaseWaiters.length === 0) {
+      if (state.pollTimer) clearTimeout(state.pollTimer);
+      this.states.delete(state.key);
+    }
+  }
+
+  private attempt(state: KeyState, head: Waiter): void {
+    let session: Session;
+    try {
+      session = this.sessions.sessionFor(state.key);
+    } catch (err) {
+      this.settle(state, head, () => head.reject(new LockUnavailableError('the locker is closed', { cause: err })));
+      return;
+    }
+    const shared = head.request.mode === 'shared';
+    let code: OpCode;
+    if (!head.waiting) code = shared ? Op.politeTryShared : Op.politeTryExclusive;
+    else if (state.markerSession === session) code = shared ? Op.tryShared : Op.tryExclusive;
+    else if (head.yielded) code = Op.registerMarker;
+    else code = shared ? Op.waitTryShared : Op.waitTryExclusive;
+    state.busy = true;
+    state.wakePending = false;
+    this.clearPoll(state);
+    session.run(code, state.key).then(
+      (result) => {
+        state.busy = false;
+        if (code === Op.waitTryExclusive || code === Op.waitTryShared || code === Op.registerMarker) {
+          if ((result & 2) === 0) state.markerSession = session;
+        }
+        if ((result & 1) === 1) {
+          state.heldMode = head.request.mode;
+          state.session = session;
+          // A waiter that gave up while the grant was in flight gets nothing: pump() unlocks at once.
+          if (!head.settled) this.grant(state, head, session);
+          this.pump(state);
+          return;
+        }
+        head.yielded = result === 4;
+        this.onBusy(state, head, (result & 2) === 2);
+      },
+      (err: Error) => {
+        state.busy = false;
+        if (err instanceof SessionLostError && err.connected && !this.closed) {
+          // The session died under the attempt: try again on its replacement.
+          this.pump(state);
+          return;
+        }
+        const failure = err instanceof LockUnavailableError ? err : new LockUnavailableError(err.message, { cause: err });
+        this.settle(state, head, () => head.reject(failure));
+        this.pump(state);
+      },
+    );
+  }
+
+  private onBusy(state: KeyState, head: Waiter, registrationFailed: boolean): void {
+    if (head.settled) {
+      this.pump(state);
+      return;
+    }
+    if (head.request.timeoutMs === 0) {
+      this.settle(state, head, () => head.resolve(null));
+      this.pump(state);
+      return;
+    }
+    if (!head.waiting) {
+      head.waiting = true;
+      this.contended(head);
+      // Listen before announcing the wait, so that no announcement can be missed.
+      state.busy = true;
+      void this.listener.ensure().then(() => {
+        state.busy = false;
+        if (!head.settled) this.attempt(state, head);
+        else this.pump(state);
+      });
+      return;
+    }
+    if (state.wakePending) this.wake(state);
+    else this.schedulePoll(state, registrationFailed ? REREGISTER_MS : undefined);
+  }
+
+  private unlock(state: KeyState): void {
+    const session = state.session!;
+    const code = state.heldMode === 'shared' ? Op.unlockShared : Op.unlockExclusive;
+    state.busy = true;
+    const done = (result: number) => {
+      state.busy = false;
+      if (state.session === session) {
+        state.heldMode = null;
+        state.session = null;
+      }
+      if (result === 3) state.contendedUntil = performance.now() + 1000;
+      this.settleReleases(state, true);
+      this.pump(state);
+    };
+    // A failed unlock leaves nothing held: the session is gone, or reconciliation undid it.
+    session.run(code, state.key).then(done, () => done(0));
+  }
+
+  private unregisterMarker(state: KeyState): void {
+    const session = state.markerSession!;
+    state.busy = true;
+    const done = () => {
+      state.busy = false;
+      if (state.markerSession === session) state.markerSession = null;
+      this.pump(state);
+    };
+    session.run(Op.unregisterMarker, state.key).then(done, done);
+  }
+
+  private grant(state: KeyState, waiter: Waiter, session: Session): void {
+    const { target, mode, ttlMs } = waiter.request;
+    const handle = new AdvisoryLockHandle(this, target.name, target.key, mode, null, session.id);
+    state.holders.add(handle);
+    this.heldCount++;
+    const waitMs = performance.now() - waiter.startedAt;
+    this.settle(state, waiter, () => waiter.resolve(handle));
+    if (ttlMs !== undefined) handle.cancelTtl = setLongTimeout(() => this.expire(handle), ttlMs, true);
+    this.observer.acquired({ ...handle.info(), token: null, waitMs });
+  }
+
+  /** Local shared holders admit a shared request at the head of the queue, unless others wait elsewhere. */
+  private canShare(state: KeyState, waiter: Waiter): boolean {
+    return (
+      state.heldMode === 'shared' &&
+      waiter.request.mode === 'shared' &&
+      state.queue[0] === waiter &&
+      state.contendedUntil < performance.now()
+    );
+  }
+
+  private contended(waiter: Waiter): void {
+    if (waiter.contended) return;
+    waiter.contended = true;
+    this.observer.contention({ ...info(waiter.request), kind: 'lock' });
+  }
+
+  private wake(state: KeyState): void {
+    const head = state.queue[0];
+    if (!head || !head.waiting) return;
+    if (state.busy) {
+      state.wakePending = true;
+      return;
+    }
+    state.pollDelayMs = FIRST_POLL_MS;
+    this.attempt(state, head);
+  }
+
+  private schedulePoll(state: KeyState, delayMs?: number): void {
+    this.clearPoll(state);
+    const delay = delayMs ?? state.pollDelayMs;
+    if (delayMs === undefined) state.pollDelayMs = Math.min(MAX_POLL_MS, state.pollDelayMs * 2);
+    state.pollTimer = setTimeout(() => {
+      state.pollTimer = null;
+      this.wake(state);
+    }, delay);
+  }
+
+  private clearPoll(state: KeyState): void {
+    if (state.pollTimer) clearTimeout(state.pollTimer);
+    state.pollTimer = null;
+  }
+
+  /** Timeout or abort: the waiter leaves the queue; a grant still in flight for it is given back by pump(). */
+  private giveUp(state: KeyState, waiter: Waiter, abortReason: unknown): void {
+    if (waiter.settled) return;
+    if (abortReason !== null) {
+      this.settle(state, waiter, () => waiter.reject(abortReason));
+    } else if (this.unreachable(state)) {
+      const err = new LockUnavailableError(`could not connect to PostgreSQL within ${waiter.request.timeoutMs} ms`);
+      this.settle(state, waiter, () => waiter.reject(err));
+    } else {
+      const waitMs = performance.now() - waiter.startedAt;
+      this.observer.timeout({ ...info(waiter.request), kind: 'lock', waitMs });
+      this.settle(state, waiter, () => waiter.resolve(null));
+    }
+    this.pump(state);
+  }
+
+  /** True while the key's session has never connected: a timeout then means "unreachable", not "busy". */
+  private unreachable(state: KeyState): boolean {
+    const slotSession = this.sessions.peek(state.key);
+    return slotSession !== null && slotSession.state === 'connecting';
+  }
+
+  private settle(state: KeyState, waiter: Waiter, outcome: () => void): void {
+    if (waiter.settled) return;
+    waiter.settled = true;
+    waiter.cleanup();
+    const i = state.queue.indexOf(waiter);
+    if (i >= 0) state.queue.splice(i, 1);
+    this.waitingCount--;
+    outcome();
+  }
+
+  private settleReleases(state: KeyState, released: boolean): void {
+    const waiters = state.releaseWaiters;
+    state.releaseWaiters = [];
+    for (const resolve of waiters) resolve(released);
+  }
+
+  private dropHolder(state: KeyState, handle: AdvisoryLockHandle): void {
+    state.holders.delete(handle);
+    handle.cancelTtl?.();
+    this.heldCount--;
+  }
+
+  private loseHandle(state: KeyState, handle: AdvisoryLockHandle, reason: LockLostReason, cause?: unknown): void {
+    const err = new LockLostError(handle.name, handle.key, reason, { cause });
+    if (!handle.markLost(err)) return;
+    this.dropHolder(state, handle);
+    this.observer.lost({ ...handle.info(), token: handle.token, holdMs: handle.holdMs, reason, error: err });
+  }
+
+  private timeoutError(waiter: Waiter): LockTimeoutError {
+    return new LockTimeoutError(waiter.request.target.name, waiter.request.target.key, waiter.request.timeoutMs);
+  }
+
+  private stateOf(key: bigint): KeyState {
+    let state = this.states.get(key);
+    if (!state) {
+      state = {
+        key,
+        heldMode: null,
+        session: null,
+        holders: new Set(),
+        queue: [],
+        busy: false,
+        wakePending: false,
+        markerSession: null,
+        pollTimer: null,
+        pollDelayMs: FIRST_POLL_MS,
+        releaseWaiters: [],
+        contendedUntil: 0,
+      };
+      this.states.set(key, state);
+    }
+    return state;
+  }
+}
+
+function info(request: AcquireRequest) {
+  return { name: request.target.name, key: request.target.key, mode: request.mode };
+}
+
+/** A session advisory lock held by this locker. */
+export class AdvisoryLockHandle extends BaseHandle {
+  /** @internal */ cancelTtl: (() => void) | undefined;
+
+  constructor(
+    private readonly manager: AdvisoryLockManager,
+    name: string | null,
+    key: bigint,
+    mode: LockMode,
+    token: bigint | null,
+    /** @internal the session id the lock lives on */ readonly sessionId: number,
+  ) {
+    super(name, key, mode, token);
+  }
+
+  protected doRelease(): Promise<boolean> {
+    return this.manager.release(this);
+  }
+
+  info() {
+    return { kind: 'lock' as const, name: this.name, key: this.key, mode: this.mode };
+  }
+}

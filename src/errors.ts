@@ -1,0 +1,112 @@
+/**
+ * Every error pgfence throws is a PgfenceError with a stable `code`, so callers can branch on
+ * `err.code` (or `instanceof`) without parsing messages.
+ */
+export class PgfenceError extends Error {
+  readonly code: string;
+  constructor(code: string, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.code = code;
+    this.name = new.target.name;
+  }
+}
+
+/** The wait for a lock outlasted its timeoutMs. */
+export class LockTimeoutError extends PgfenceError {
+  readonly lockName: string | null;
+  readonly key: bigint;
+  readonly timeoutMs: number;
+  constructor(lockName: string | null, key: bigint, timeoutMs: number) {
+    super(
+      'PGFENCE_LOCK_TIMEOUT',
+      `lock ${describeLock(lockName, key)} was not acquired within ${timeoutMs} ms; ` +
+        'raise timeoutMs, or use tryAcquire() to skip work when the lock is busy',
+    );
+    this.lockName = lockName;
+    this.key = key;
+    this.timeoutMs = timeoutMs;
+  }
+}
+
+/** Why a held lock stopped being held. */
+export type LockLostReason = 'session-lost' | 'ttl-expired' | 'lease-expired' | 'lease-stolen' | 'closed';
+
+/** A held lock was lost: its session died, its TTL ran out, or its lease was taken over. */
+export class LockLostError extends PgfenceError {
+  readonly lockName: string | null;
+  readonly key: bigint;
+  readonly reason: LockLostReason;
+  constructor(lockName: string | null, key: bigint, reason: LockLostReason, options?: { cause?: unknown }) {
+    super('PGFENCE_LOCK_LOST', `lock ${describeLock(lockName, key)} was lost (${reason}); stop work that relies on it`, options);
+    this.lockName = lockName;
+    this.key = key;
+    this.reason = reason;
+  }
+}
+
+/** A lock was requested while a callback of the same locker already holds one. */
+export class NestedLockError extends PgfenceError {
+  constructor(lockName: string | null, key: bigint, heldName: string | null, heldKey: bigint) {
+    super(
+      'PGFENCE_NESTED_LOCK',
+      `lock ${describeLock(lockName, key)} was requested inside a callback that holds ${describeLock(heldName, heldKey)}; ` +
+        'nested locks can deadlock: take both with acquireAll(), or pass { allowNested: true } if the order is fixed',
+    );
+  }
+}
+
+/** A transaction-scoped lock was requested on a connection that is not inside a transaction. */
+export class NotInTransactionError extends PgfenceError {
+  constructor() {
+    super(
+      'PGFENCE_NOT_IN_TRANSACTION',
+      'xactLock() needs an open transaction (an autocommit transaction lock would be released at once); ' +
+        'call it after BEGIN, or inside db.transaction().execute() with Kysely',
+    );
+  }
+}
+
+/** A guarded write carried a fencing token older than the one the row has already seen. */
+export class StaleTokenError extends PgfenceError {
+  readonly token: bigint;
+  readonly currentToken: bigint | undefined;
+  constructor(token: bigint, currentToken: bigint | undefined, message?: string) {
+    super(
+      'PGFENCE_STALE_TOKEN',
+      message ?? `fencing token ${token} is older than ${currentToken ?? 'the current one'}; another holder took over`,
+    );
+    this.token = token;
+    this.currentToken = currentToken;
+  }
+}
+
+/** An argument was rejected before any I/O. */
+export class InvalidArgumentError extends PgfenceError {
+  readonly argument: string;
+  constructor(argument: string, message: string) {
+    super('PGFENCE_INVALID_ARGUMENT', `${argument}: ${message}`);
+    this.argument = argument;
+  }
+}
+
+/** The database could not be reached (connection refused, timed out, or the session died). */
+export class LockUnavailableError extends PgfenceError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('PGFENCE_UNAVAILABLE', message, options);
+  }
+}
+
+/** PostgreSQL broke a deadlock by failing this lock request (SQLSTATE 40P01). */
+export class DeadlockError extends PgfenceError {
+  constructor(lockName: string | null, key: bigint, options?: { cause?: unknown }) {
+    super(
+      'PGFENCE_DEADLOCK',
+      `PostgreSQL detected a deadlock while waiting for ${describeLock(lockName, key)}; take locks in one order (acquireAll sorts them) and retry the transaction`,
+      options,
+    );
+  }
+}
+
+export function describeLock(name: string | null, key: bigint): string {
+  return name === null ? `key ${key}` : `"${name.length > 80 ? `${name.slice(0, 77)}...` : name}" (key ${key})`;
+}

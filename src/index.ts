@@ -1,0 +1,29 @@
+export { createLocker } from './locker.js';
+export type { AcquireOptions, Locker, LockerOptions } from './locker.js';
+export type { LockHandle } from './advisory/handle.js';
+export { lockKey } from './keys.js';
+export type { LockName } from './keys.js';
+export {
+  DeadlockError,
+  InvalidArgumentError,
+  LockLostError,
+  LockTimeoutError,
+  LockUnavailableError,
+  NestedLockError,
+  NotInTransactionError,
+  PgfenceError,
+  StaleTokenError,
+} from './errors.js';
+export type { LockLostReason } from './errors.js';
+export type { Logger } from './observe/logger.js';
+export type { Meter } from './observe/metrics.js';
+export type {
+  AcquiredEvent,
+  ContentionEvent,
+  LockerStats,
+  LockKind,
+  LockMode,
+  LostEvent,
+  ReleasedEvent,
+  TimeoutEvent,
+} from './observe/observer.js';

@@ -1,0 +1,258 @@
+import { EventEmitter } from 'node:events';
+import type pg from 'pg';
+import { CompositeLockHandle } from './advisory/composite-handle.js';
+import type { LockHandle } from './advisory/handle.js';
+import { AdvisoryLockManager, type AcquireRequest } from './advisory/lock-manager.js';
+import { heldInCallback, runHolding } from './advisory/nesting.js';
+import { InvalidArgumentError, LockTimeoutError, NestedLockError } from './errors.js';
+import { describeType, nameToBytes, resolveLock, type LockName, type LockTarget } from './keys.js';
+import { type Logger, silentLogger } from './observe/logger.js';
+import type { Meter } from './observe/metrics.js';
+import { type LockerStats, type LockMode, Observer } from './observe/observer.js';
+import { abortSignal, booleanOption, callback, durationMs, oneOf, optionsObject, positiveInteger } from './options.js';
+import { ConnectionSource } from './session/connection-source.js';
+import { ReleaseListener } from './session/listener.js';
+import { SessionPool } from './session/session-pool.js';
+
+export interface LockerOptions {
+  /** A PostgreSQL URL; the locker builds its own pool from it. */
+  connectionString?: string;
+  /** Or a pool to pin the locker's connections from, for the locker's lifetime. */
+  pool?: pg.Pool;
+  /** Prefix of every lock name (hashed together with it). */
+  namespace?: string;
+  /** Pinned connections for session locks; default 2. */
+  maxSessions?: number;
+  /** Loss-detection cadence; default 5000. Probes get max(2 x keepaliveMs, 2000 ms) to answer. */
+  keepaliveMs?: number;
+  /** Default acquire wait; default 10000. */
+  defaultTimeoutMs?: number;
+  logger?: Logger;
+  /** An @opentelemetry/api Meter. */
+  meter?: Meter;
+}
+
+export interface AcquireOptions {
+  mode?: LockMode;
+  /** Bound on the whole wait: 0 = a single try, Infinity = no bound. Default: the locker's defaultTimeoutMs. */
+  timeoutMs?: number;
+  signal?: AbortSignal;
+  fencing?: boolean;
+  /** Maximum hold: past it the lock is released and the handle's signal aborts. */
+  ttlMs?: number;
+  /** Allow acquiring inside a callback that already holds a lock of this locker. */
+  allowNested?: boolean;
+}
+
+export interface Locker extends EventEmitter {
+  acquire(name: LockName, opts?: AcquireOptions): Promise<LockHandle>;
+  tryAcquire(name: LockName, opts?: Omit<AcquireOptions, 'timeoutMs'>): Promise<LockHandle | null>;
+  withLock<T>(name: LockName, fn: (handle: LockHandle) => Promise<T>, opts?: AcquireOptions): Promise<T>;
+  tryWithLock<T>(
+    name: LockName,
+    fn: (handle: LockHandle) => Promise<T>,
+    opts?: Omit<AcquireOptions, 'timeoutMs'>,
+  ): Promise<{ acquired: true; value: T } | { acquired: false }>;
+  acquireAll(names: LockName[], opts?: AcquireOptions): Promise<LockHandle & { readonly handles: readonly LockHandle[] }>;
+  stats(): LockerStats;
+  close(): Promise<void>;
+}
+
+interface ResolvedLockerOptions {
+  namespace: string | undefined;
+  maxSessions: number;
+  keepaliveMs: number;
+  deadlineMs: number;
+  defaultTimeoutMs: number;
+  logger: Logger;
+}
+
+export function createLocker(options: LockerOptions): Locker {
+  return new PgLocker(options);
+}
+
+class PgLocker extends EventEmitter implements Locker {
+  private readonly opts: ResolvedLockerOptions;
+  private readonly source: ConnectionSource;
+  private readonly sessions: SessionPool;
+  private readonly listener: ReleaseListener;
+  private readonly locks: AdvisoryLockManager;
+  private readonly observer: Observer;
+  private closing: Promise<void> | null = null;
+
+  constructor(options: LockerOptions) {
+    super();
+    const o = optionsObject<LockerOptions>(options, 'createLocker options');
+    if ((o.connectionString === undefined) === (o.pool === undefined)) {
+      throw new InvalidArgumentError('createLocker options', 'pass exactly one of connectionString or pool');
+    }
+    if (o.connectionString !== undefined && (typeof o.connectionString !== 'string' || o.connectionString === '')) {
+      throw new InvalidArgumentError('connectionString', `expected a PostgreSQL URL, got ${describeType(o.connectionString)}`);
+    }
+    if (o.pool !== undefined && (typeof o.pool !== 'object' || o.pool === null || typeof o.pool.connect !== 'function')) {
+      throw new InvalidArgumentError('pool', `expected a pg.Pool, got ${describeType(o.pool)}`);
+    }
+    if (o.namespace !== undefined) nameToBytes('namespace', o.namespace);
+    const keepaliveMs = o.keepaliveMs === undefined ? 5000 : durationMs(o.keepaliveMs, 'keepaliveMs', { min: 10 });
+    this.opts = {
+      namespace: o.namespace,
+      maxSessions: o.maxSessions === undefined ? 2 : positiveInteger(o.maxSessions, 'maxSessions', 64),
+      keepaliveMs,
+      deadlineMs: Math.max(2 * keepaliveMs, 2000),
+      defaultTimeoutMs:
+        o.defaultTimeoutMs === undefined ? 10_000 : durationMs(o.defaultTimeoutMs, 'defaultTimeoutMs', { allowInfinity: true }),
+      logger: checkLogger(o.logger),
+    };
+    if (o.meter !== undefined && (typeof o.meter !== 'object' || typeof o.meter?.createHistogram !== 'function')) {
+      throw new InvalidArgumentError('meter', 'expected an @opentelemetry/api Meter');
+    }
+    this.source = new ConnectionSource(
+      {
+        connectionString: o.connectionString,
+        pool: o.pool,
+        // The sessions, the release listener, and one for short statements.
+        poolSize: this.opts.maxSessions + 2,
+        connectTimeoutMs: this.opts.deadlineMs,
+      },
+      this.opts.logger,
+    );
+    this.observer = new Observer(this, this.opts.logger, o.meter, () => this.locks.held);
+    this.listener = new ReleaseListener(
+      this.source,
+      { keepaliveMs, deadlineMs: this.opts.deadlineMs, logger: this.opts.logger },
+      (key) => this.locks.onRelease(key),
+    );
+    this.sessions = new SessionPool(
+      this.source,
+      { size: this.opts.maxSessions, keepaliveMs, deadlineMs: this.opts.deadlineMs, logger: this.opts.logger },
+      (session, err) => this.locks.onSessionLost(session, err),
+    );
+    this.locks = new AdvisoryLockManager(this.sessions, this.listener, this.observer);
+  }
+
+  async acquire(name: LockName, opts?: AcquireOptions): Promise<LockHandle> {
+    const request = this.request(name, opts, 'acquire');
+    const handle = await this.locks.acquire(request, false);
+    return handle!;
+  }
+
+  async tryAcquire(name: LockName, opts?: Omit<AcquireOptions, 'timeoutMs'>): Promise<LockHandle | null> {
+    const o = optionsObject<AcquireOptions>(opts, 'tryAcquire options');
+    if (o.timeoutMs !== undefined && o.timeoutMs !== 0) {
+      throw new InvalidArgumentError('timeoutMs', 'tryAcquire makes a single attempt; use acquire() to wait');
+    }
+    return this.locks.acquire(this.request(name, { ...o, timeoutMs: 0 }, 'tryAcquire'), true);
+  }
+
+  async withLock<T>(name: LockName, fn: (handle: LockHandle) => Promise<T>, opts?: AcquireOptions): Promise<T> {
+    callback(fn, 'fn');
+    const handle = await this.acquire(name, opts);
+    return this.runHolding(handle, fn);
+  }
+
+  async tryWithLock<T>(
+    name: LockName,
+    fn: (handle: LockHandle) => Promise<T>,
+    opts?: Omit<AcquireOptions, 'timeoutMs'>,
+  ): Promise<{ acquired: true; value: T } | { acquired: false }> {
+    callback(fn, 'fn');
+    const handle = await this.tryAcquire(name, opts);
+    if (!handle) return { acquired: false };
+    return { acquired: true, value: await this.runHolding(handle, fn) };
+  }
+
+  async acquireAll(names: LockName[], opts?: AcquireOptions): Promise<CompositeLockHandle> {
+    if (!Array.isArray(names) || names.length === 0) {
+      throw new InvalidArgumentError('names', `expected a non-empty array of lock names, got ${describeType(names)}`);
+    }
+    const o = optionsObject<AcquireOptions>(opts, 'acquireAll options');
+    if (o.fencing) throw new InvalidArgumentError('fencing', 'acquireAll does not issue fencing tokens; fence each resource with its own lock');
+    const first = this.request(names[0], o, 'acquireAll');
+    const targets = new Map<bigint, LockTarget>();
+    for (const [i, n] of names.entries()) {
+      const t = resolveLock(n, this.opts.namespace, `names[${i}]`);
+      targets.set(t.key, t);
+    }
+    // One canonical order (ascending key) for every caller: two acquireAll calls can never wait on each other in a cycle.
+    const ordered = [...targets.values()].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+    const deadline = first.timeoutMs === Infinity ? Infinity : performance.now() + first.timeoutMs;
+    const held: LockHandle[] = [];
+    try {
+      for (const target of ordered) {
+        const timeoutMs = deadline === Infinity ? Infinity : Math.max(0, deadline - performance.now());
+        const handle = await this.locks.acquire({ ...first, target, timeoutMs }, true);
+        if (!handle) throw new LockTimeoutError(target.name, target.key, first.timeoutMs);
+        held.push(handle);
+      }
+    } catch (err) {
+      await Promise.all(held.map((h) => h.release()));
+      throw err;
+    }
+    return new CompositeLockHandle(held);
+  }
+
+  stats(): LockerStats {
+    return {
+      ...this.observer.counters(),
+      held: this.locks.held,
+      waiting: this.locks.waiting,
+      sessions: this.sessions.live().length,
+    };
+  }
+
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      await this.locks.close();
+      this.sessions.close();
+      this.listener.close();
+      await this.source.end();
+    })();
+    return this.closing;
+  }
+
+  private runHolding<T>(handle: LockHandle, fn: (handle: LockHandle) => Promise<T>): Promise<T> {
+    return runHolding(this, handle, async () => {
+      try {
+        return await fn(handle);
+      } finally {
+        await handle.release();
+      }
+    });
+  }
+
+  /** Validates a request (before any I/O) and checks for nesting. */
+  private request(name: LockName | undefined, opts: AcquireOptions | undefined, method: string): AcquireRequest {
+    const o = optionsObject<AcquireOptions>(opts, `${method} options`);
+    const target = resolveLock(name, this.opts.namespace);
+    const mode = oneOf(o.mode, 'mode', ['exclusive', 'shared'] as const, 'exclusive');
+    const fencing = booleanOption(o.fencing, 'fencing', false);
+    if (fencing && mode === 'shared') {
+      throw new InvalidArgumentError('fencing', "fencing tokens are issued to exclusive holders only; use mode 'exclusive'");
+    }
+    if (fencing) throw new InvalidArgumentError('fencing', 'fencing tokens need the pgfence schema; see migrate()');
+    const request: AcquireRequest = {
+      target,
+      mode,
+      timeoutMs:
+        o.timeoutMs === undefined ? this.opts.defaultTimeoutMs : durationMs(o.timeoutMs, 'timeoutMs', { allowInfinity: true }),
+      signal: abortSignal(o.signal),
+      ttlMs: o.ttlMs === undefined ? undefined : durationMs(o.ttlMs, 'ttlMs', { min: 1 }),
+    };
+    if (!booleanOption(o.allowNested, 'allowNested', false)) {
+      const outer = heldInCallback(this);
+      if (outer) throw new NestedLockError(target.name, target.key, outer.name, outer.key);
+    }
+    return request;
+  }
+}
+
+function checkLogger(logger: unknown): Logger {
+  if (logger === undefined) return silentLogger;
+  const l = logger as Partial<Logger>;
+  for (const level of ['debug', 'info', 'warn', 'error'] as const) {
+    if (typeof l?.[level] !== 'function') {
+      throw new InvalidArgumentError('logger', `expected a pino/console-shaped logger with a ${level}() method`);
+    }
+  }
+  return l as Logger;
+}

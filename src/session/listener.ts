@@ -1,0 +1,104 @@
+import type pg from 'pg';
+import type { Logger } from '../observe/logger.js';
+import { NOTIFY_CHANNEL } from './advisory-sql.js';
+import type { ConnectionSource, PinnedConnection } from './connection-source.js';
+
+/**
+ * One LISTEN connection per locker, opened the first time something waits. A release that finds
+ * waiters NOTIFYs the key; the listener hands it to `onRelease`. If the connection fails, waiters
+ * fall back on their polls until the next `ensure()` opens a new one.
+ */
+export class ReleaseListener {
+  private conn: PinnedConnection | null = null;
+  private opening: Promise<boolean> | null = null;
+  private keepaliveTimer: NodeJS.Timeout | null = null;
+  private closed = false;
+
+  constructor(
+    private readonly source: ConnectionSource,
+    private readonly opts: { keepaliveMs: number; deadlineMs: number; logger: Logger },
+    private readonly onRelease: (key: bigint) => void,
+  ) {}
+
+  /** Resolves true once LISTEN is in effect, false if it could not be set up (waiters then poll). */
+  ensure(): Promise<boolean> {
+    if (this.conn) return Promise.resolve(true);
+    if (this.closed) return Promise.resolve(false);
+    this.opening ??= this.open().finally(() => {
+      this.opening = null;
+    });
+    return this.opening;
+  }
+
+  private async open(): Promise<boolean> {
+    let conn: PinnedConnection | null = null;
+    try {
+      conn = await this.source.pin((err) => this.fail(conn, err));
+      const client = conn.client as pg.Client;
+      client.on('notification', (msg) => {
+        if (msg.channel !== NOTIFY_CHANNEL || !msg.payload) return;
+        try {
+          this.onRelease(BigInt(msg.payload));
+        } catch {
+          // a payload that is not a key was not sent by pgfence
+        }
+      });
+      client.once('end', () => this.fail(conn, new Error('listener connection ended')));
+      await withDeadline(client.query(`LISTEN ${NOTIFY_CHANNEL}`), this.opts.deadlineMs);
+      if (this.closed) {
+        conn.destroy();
+        return false;
+      }
+      this.conn = conn;
+      this.armKeepalive();
+      return true;
+    } catch (err) {
+      this.opts.logger.warn({ err }, 'pgfence: release listener unavailable; waiters poll');
+      conn?.destroy();
+      return false;
+    }
+  }
+
+  private armKeepalive(): void {
+    this.keepaliveTimer = setInterval(() => {
+      const conn = this.conn;
+      if (!conn) return;
+      withDeadline(conn.client.query('SELECT 1'), this.opts.deadlineMs).catch((err) => this.fail(conn, err));
+    }, this.opts.keepaliveMs);
+    this.keepaliveTimer.unref();
+  }
+
+  private fail(conn: PinnedConnection | null, err: Error): void {
+    if (!conn || this.conn !== conn) {
+      conn?.destroy();
+      return;
+    }
+    this.opts.logger.warn({ err }, 'pgfence: release listener lost; waiters poll until it is back');
+    this.conn = null;
+    if (this.keepaliveTimer) clearInterval(this.keepaliveTimer);
+    conn.destroy();
+  }
+
+  close(): void {
+    this.closed = true;
+    if (this.keepaliveTimer) clearInterval(this.keepaliveTimer);
+    this.conn?.destroy();
+    this.conn = null;
+  }
+}
+
+function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+    promise.then(
+      (v) => {
+        clearTimeout(timer);
+        resolve(v);
+      },
+      (e) => {
+        clearTimeout(timer);
+        reject(e);
+      },
+    );
+  });
+}

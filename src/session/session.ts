@@ -1,0 +1,254 @@
+import type pg from 'pg';
+import { LockUnavailableError } from '../errors.js';
+import type { Logger } from '../observe/logger.js';
+import { batchSql, heldBySessionSql, Op, type OpCode, probeSql, singleOpSql } from './advisory-sql.js';
+import { type ConnectionSource, isConnectionError, type PinnedConnection } from './connection-source.js';
+
+/** Thrown to the callers of operations that were queued on, or in flight over, a session that died. */
+export class SessionLostError extends LockUnavailableError {
+  /** False when the connection was never established: the database is unreachable. */
+  connected = true;
+}
+
+interface PendingOp {
+  code: OpCode | typeof PROBE;
+  key: bigint;
+  resolve(result: number): void;
+  reject(err: Error): void;
+}
+const PROBE = 0;
+
+/** Large batches are split: a statement with many thousand array elements gains nothing more. */
+const MAX_BATCH = 4096;
+
+export interface SessionOptions {
+  id: number;
+  source: ConnectionSource;
+  keepaliveMs: number;
+  /** Client-side deadline of every statement on the session, probes included. */
+  deadlineMs: number;
+  logger: Logger;
+  onLost(session: Session, err: Error): void;
+}
+
+/**
+ * One pinned connection that holds session advisory locks. Operations queue up while a statement
+ * is in flight and go out together as the next statement, so many callers share one round trip.
+ * An idle session is probed every keepaliveMs; a failed or late statement, a socket error or a
+ * server-side kill ends it, and `onLost` tells the lock manager once.
+ */
+export class Session {
+  readonly id: number;
+  state: 'connecting' | 'ready' | 'dead' = 'connecting';
+  /** Why the session died (set once, with state 'dead'). */
+  deathCause: Error | null = null;
+  private conn: PinnedConnection | null = null;
+  private pending: PendingOp[] = [];
+  private inFlight: PendingOp[] | null = null;
+  private flushQueued = false;
+  private deadlineTimer: NodeJS.Timeout | null = null;
+  private keepaliveTimer: NodeJS.Timeout | null = null;
+  readonly ready: Promise<void>;
+
+  constructor(private readonly opts: SessionOptions) {
+    this.id = opts.id;
+    this.ready = this.connect();
+    // Callers await `ready` themselves; an unobserved failure is already handled by connect().
+    this.ready.catch(() => {});
+  }
+
+  /** Queues one operation; resolves with its result code. */
+  run(code: OpCode, key: bigint): Promise<number> {
+    return new Promise((resolve, reject) => {
+      if (this.state === 'dead') return reject(this.lostError());
+      this.pending.push({ code, key, resolve, reject });
+      this.scheduleFlush();
+    });
+  }
+
+  /** The backend pid, for diagnostics and tests. */
+  get processId(): number | null {
+    return (this.conn?.client as { processID?: number } | undefined)?.processID ?? null;
+  }
+
+  /** Ends the session: the server releases everything it held. */
+  close(): void {
+    this.die(new SessionLostError('the locker was closed'), false);
+  }
+
+  private async connect(): Promise<void> {
+    try {
+      const conn = await this.opts.source.pin((err) => this.die(err));
+      if (this.state === 'dead') {
+        conn.destroy();
+        throw this.lostError();
+      }
+      this.conn = conn;
+      (conn.client as pg.Client).once('end', () => this.die(new Error('connection ended')));
+      this.state = 'ready';
+      this.everReady = true;
+      this.scheduleFlush();
+      this.armKeepalive();
+    } catch (err) {
+      this.die(err instanceof Error ? err : new Error(String(err)));
+      throw this.lostError();
+    }
+  }
+
+  private scheduleFlush(): void {
+    if (this.flushQueued) return;
+    this.flushQueued = true;
+    // A microtask lets operations issued in the same tick share one statement.
+    queueMicrotask(() => {
+      this.flushQueued = false;
+      void this.flush();
+    });
+  }
+
+  private async flush(): Promise<void> {
+    if (this.state !== 'ready' || this.inFlight || this.pending.length === 0 || !this.conn) return;
+    const batch = this.pending.length <= MAX_BATCH ? this.pending : this.pending.slice(0, MAX_BATCH);
+    this.pending = batch === this.pending ? [] : this.pending.slice(MAX_BATCH);
+    this.inFlight = batch;
+    this.disarmKeepalive();
+    this.deadlineTimer = setTimeout(
+      () => this.die(new LockUnavailableError(`PostgreSQL did not answer within ${this.opts.deadlineMs} ms`)),
+      this.opts.deadlineMs,
+    );
+    const client = this.conn.client;
+    const ops = batch.filter((op) => op.code !== PROBE) as (PendingOp & { code: OpCode })[];
+    try {
+      if (ops.length === 0) {
+        await client.query(probeSql);
+      } else if (ops.length === 1) {
+        const op = ops[0]!;
+        const res = await client.query<{ r: number }>({ ...singleOpSql[op.code], values: [op.key] });
+        op.resolve(res.rows[0]!.r);
+      } else {
+        const res = await client.query<{ i: number; r: number }>({
+          ...batchSql,
+          values: [ops.map((op) => op.code), ops.map((op) => op.key)],
+        });
+        for (const row of res.rows) ops[row.i - 1]!.resolve(row.r);
+      }
+      for (const op of batch) if (op.code === PROBE) op.resolve(1);
+    } catch (err) {
+      if ((this.state as Session['state']) === 'dead') return; // die() already failed the batch
+      if (isConnectionError(err)) {
+        this.die(err as Error);
+        return;
+      }
+      await this.reconcile(ops, err as Error);
+      for (const op of batch) if (op.code === PROBE) op.resolve(1);
+    } finally {
+      if (this.deadlineTimer) clearTimeout(this.deadlineTimer);
+      this.deadlineTimer = null;
+      if (this.inFlight === batch) this.inFlight = null;
+    }
+    if (this.state !== 'ready') return;
+    if (this.pending.length > 0) void this.flush();
+    else this.armKeepalive();
+  }
+
+  /**
+   * A statement failed on a live connection (for instance: the server's lock table is full). Session
+   * locks taken earlier in that statement survive its failure, so look at what the session really holds
+   * and put every operation of the batch back to "not done": tries that took a lock are undone, unlocks
+   * that did not happen are redone one by one. The operations then fail with the statement's error.
+   */
+  private async reconcile(ops: (PendingOp & { code: OpCode })[], cause: Error): Promise<void> {
+    const failure = new LockUnavailableError(`a lock statement failed: ${cause.message}`, { cause });
+    try {
+      const client = this.conn!.client;
+      const { rows } = await client.query<{ space: number; key: string; mode: string }>(heldBySessionSql);
+      const held = new Set(rows.map((r) => `${r.space}:${r.key}:${r.mode}`));
+      for (const op of ops) {
+        for (const undo of undoFor(op.code, op.key, held)) {
+          await client.query({ ...singleOpSql[undo], values: [op.key] });
+        }
+        op.reject(failure);
+      }
+    } catch (err) {
+      for (const op of ops) op.reject(failure);
+      this.die(err instanceof Error ? err : failure);
+    }
+  }
+
+  private armKeepalive(): void {
+    this.disarmKeepalive();
+    this.keepaliveTimer = setTimeout(() => {
+      this.keepaliveTimer = null;
+      if (this.state !== 'ready' || this.inFlight || this.pending.length > 0) return;
+      this.pending.push({ code: PROBE, key: 0n, resolve: () => {}, reject: () => {} });
+      void this.flush();
+    }, this.opts.keepaliveMs);
+    this.keepaliveTimer.unref();
+  }
+
+  private disarmKeepalive(): void {
+    if (this.keepaliveTimer) clearTimeout(this.keepaliveTimer);
+    this.keepaliveTimer = null;
+  }
+
+  private everReady = false;
+
+  private lostError(): SessionLostError {
+    const cause = this.deathCause;
+    const err = this.everReady
+      ? new SessionLostError(`PostgreSQL session lost: ${cause?.message ?? 'unknown cause'}`, { cause })
+      : new SessionLostError(`could not connect to PostgreSQL: ${cause?.message ?? 'unknown cause'}`, { cause });
+    err.connected = this.everReady;
+    return err;
+  }
+
+  private die(err: Error, notify = true): void {
+    if (this.state === 'dead') return;
+    const wasReady = this.state === 'ready';
+    this.state = 'dead';
+    this.deathCause = err;
+    this.disarmKeepalive();
+    if (this.deadlineTimer) clearTimeout(this.deadlineTimer);
+    this.conn?.destroy();
+    const lost = this.lostError();
+    const failed = [...(this.inFlight ?? []), ...this.pending];
+    this.inFlight = null;
+    this.pending = [];
+    for (const op of failed) op.reject(lost);
+    if (wasReady) this.opts.logger.warn({ err, session: this.id }, 'pgfence: session lost');
+    if (notify) this.opts.onLost(this, err);
+  }
+}
+
+/** The operations that reverse what a failed statement may have done for `code` on `key`. */
+function undoFor(code: OpCode, key: bigint, held: Set<string>): OpCode[] {
+  const undo: OpCode[] = [];
+  const exclusive = held.has(`1:${key}:ExclusiveLock`);
+  const shared = held.has(`1:${key}:ShareLock`);
+  const marker = held.has(`2:${key}:ShareLock`);
+  switch (code) {
+    case Op.waitTryExclusive:
+    case Op.waitTryShared:
+      // Markers are bookkeeping: the lock manager registers them again when it still waits.
+      if (marker) undo.push(Op.unregisterMarker);
+      break;
+    case Op.unregisterMarker:
+    case Op.registerMarker:
+      if (marker) undo.push(Op.unregisterMarker);
+      break;
+  }
+  switch (code) {
+    case Op.tryExclusive:
+    case Op.politeTryExclusive:
+    case Op.waitTryExclusive:
+    case Op.unlockExclusive:
+      if (exclusive) undo.push(Op.unlockExclusive);
+      break;
+    case Op.tryShared:
+    case Op.politeTryShared:
+    case Op.waitTryShared:
+    case Op.unlockShared:
+      if (shared) undo.push(Op.unlockShared);
+      break;
+  }
+  return undo;
+}
