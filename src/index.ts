@@ -27,3 +27,5 @@ export type {
   ReleasedEvent,
   TimeoutEvent,
 } from './observe/observer.js';
+export { tryXactLock, xactLock } from './advisory/xact-pg.js';
+export type { XactLockOptions, XactLockResult } from './advisory/xact.js';

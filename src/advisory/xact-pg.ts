@@ -1,0 +1,46 @@
+import type pg from 'pg';
+import { InvalidArgumentError } from '../errors.js';
+import { describeType, type LockName } from '../keys.js';
+import { tryXactLockWith, xactLockWith, type XactExecutor, type XactLockOptions, type XactLockResult } from './xact.js';
+
+/** node-postgres: a client (or pool client) inside BEGIN ... COMMIT. */
+export function pgExecutor(client: pg.ClientBase): XactExecutor {
+  if (typeof client !== 'object' || client === null || typeof (client as { query?: unknown }).query !== 'function') {
+    throw new InvalidArgumentError('client', `expected a node-postgres client inside a transaction, got ${describeType(client)}`);
+  }
+  const withStatus = client as pg.ClientBase & { getTransactionStatus?: () => string | null };
+  return {
+    identity: client,
+    perTransaction: false,
+    status() {
+      // pg >= 8.16 reports the server's transaction status from its last ReadyForQuery.
+      const s = typeof withStatus.getTransactionStatus === 'function' ? withStatus.getTransactionStatus() : null;
+      return s === 'I' ? 'idle' : s === 'T' ? 'active' : s === 'E' ? 'failed' : 'unknown';
+    },
+    async query<R>(text: string, values: unknown[]) {
+      return (await client.query(text, values)).rows as R[];
+    },
+    async script(text: string) {
+      const res = (await client.query(text)) as unknown as pg.QueryResult | pg.QueryResult[];
+      return (Array.isArray(res) ? res : [res]).map((r) => r.rows);
+    },
+  };
+}
+
+/**
+ * Takes pg_advisory_xact_lock inside the caller's transaction (released at COMMIT or ROLLBACK).
+ * Throws NotInTransactionError outside a transaction, LockTimeoutError after timeoutMs (the
+ * transaction stays usable), DeadlockError when PostgreSQL breaks a deadlock.
+ */
+export function xactLock(client: pg.ClientBase, name: LockName, opts?: XactLockOptions): Promise<XactLockResult> {
+  return xactLockWith(pgExecutor(client), name, opts);
+}
+
+/** One try at a transaction lock inside the caller's transaction; null when it is held elsewhere. */
+export function tryXactLock(
+  client: pg.ClientBase,
+  name: LockName,
+  opts?: Omit<XactLockOptions, 'timeoutMs'>,
+): Promise<XactLockResult | null> {
+  return tryXactLockWith(pgExecutor(client), name, opts);
+}

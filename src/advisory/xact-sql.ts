@@ -1,0 +1,59 @@
+/**
+ * The SQL of transaction-scoped advisory locks. A blocking wait runs as one simple-protocol script
+ * (one round trip): a savepoint, so that a timeout or deadlock leaves the caller's transaction usable;
+ * lock_timeout set for the wait only and put back to the caller's value in the same statement; the
+ * transaction's start time, which identifies the transaction for nested-lock detection.
+ *
+ * Scripts cannot take parameters: the only values written into them are a bigint key and whole
+ * milliseconds, both formatted here from numbers, never from caller text.
+ */
+
+export const SAVEPOINT = 'pgfence_xact_lock';
+
+/**
+ * A single try. $1 key, $2 the start time of a transaction that already holds the key (or NULL).
+ * In autocommit a lone statement starts its own transaction, so its two timestamps are equal.
+ */
+export function tryXactLockSql(shared: boolean): string {
+  const fn = shared ? 'pg_try_advisory_xact_lock_shared' : 'pg_try_advisory_xact_lock';
+  return `SELECT t.in_xact, t.nested, CASE WHEN t.in_xact AND NOT t.nested THEN ${fn}($1::int8) END AS granted, t.xact
+FROM (SELECT transaction_timestamp() <> statement_timestamp() AS in_xact,
+             (extract(epoch FROM transaction_timestamp()) = $2::numeric) IS TRUE AS nested,
+             extract(epoch FROM transaction_timestamp())::text AS xact
+      OFFSET 0) AS t`;
+}
+
+/**
+ * A bounded (or unbounded, timeoutMs = Infinity) wait. `first` opens the savepoint; later slices of a
+ * cancellable wait roll back to it instead. When `nestedIn` (a transaction start time, as epoch seconds) is the current
+ * transaction's, the lock is not taken and `nested` is true.
+ */
+export function waitXactLockScript(opts: { key: bigint; shared: boolean; timeoutMs: number; first: boolean; nestedIn: string | null }): string {
+  const fn = opts.shared ? 'pg_advisory_xact_lock_shared' : 'pg_advisory_xact_lock';
+  const timeout = opts.timeoutMs === Infinity ? '0' : `${Math.min(2147483647, Math.max(1, Math.ceil(opts.timeoutMs)))}ms`;
+  const key = bigintLiteral(opts.key);
+  const open = opts.first ? `SAVEPOINT ${SAVEPOINT}` : `ROLLBACK TO SAVEPOINT ${SAVEPOINT}`;
+  const nested = opts.nestedIn === null ? 'false' : `extract(epoch FROM transaction_timestamp()) = ${epochLiteral(opts.nestedIn)}`;
+  return `${open};
+SELECT n.nested,
+  CASE WHEN n.nested THEN NULL ELSE set_config('lock_timeout', '${timeout}', true) END AS set_timeout,
+  CASE WHEN n.nested THEN NULL ELSE ${fn}(${key}) END AS locked,
+  set_config('lock_timeout', p.prev, true) AS restored,
+  extract(epoch FROM transaction_timestamp())::text AS xact
+FROM (SELECT current_setting('lock_timeout') AS prev OFFSET 0) AS p, (SELECT ${nested} AS nested OFFSET 0) AS n;
+RELEASE SAVEPOINT ${SAVEPOINT}`;
+}
+
+/** Leaves the transaction as it was before a failed wait. */
+export const undoWaitScript = `ROLLBACK TO SAVEPOINT ${SAVEPOINT}; RELEASE SAVEPOINT ${SAVEPOINT}`;
+
+function bigintLiteral(key: bigint): string {
+  if (typeof key !== 'bigint') throw new TypeError('key must be a bigint');
+  return `${key.toString()}::int8`;
+}
+
+function epochLiteral(epoch: string): string {
+  // Only ever a value PostgreSQL itself returned from extract(epoch ...)::text.
+  if (!/^[0-9]+(\.[0-9]+)?$/.test(epoch)) throw new TypeError('unexpected transaction start time');
+  return `${epoch}::numeric`;
+}

@@ -1,0 +1,187 @@
+import {
+  DeadlockError,
+  InvalidArgumentError,
+  LockTimeoutError,
+  LockUnavailableError,
+  NestedLockError,
+  NotInTransactionError,
+  PgfenceError,
+} from '../errors.js';
+import { nameToBytes, resolveLock, type LockName, type LockTarget } from '../keys.js';
+import { abortSignal, booleanOption, durationMs, oneOf, optionsObject } from '../options.js';
+import { isConnectionError } from '../session/connection-source.js';
+import type { LockMode } from '../observe/observer.js';
+import { tryXactLockSql, undoWaitScript, waitXactLockScript } from './xact-sql.js';
+
+export interface XactLockOptions {
+  mode?: LockMode;
+  /** Bound on the wait: 0 = one try, Infinity = no bound; default 10000. */
+  timeoutMs?: number;
+  /** Aborts the wait (checked between wait slices of at most 250 ms). */
+  signal?: AbortSignal;
+  fencing?: boolean;
+  /** Prefix hashed together with the name, as the locker's namespace option. */
+  namespace?: string;
+}
+
+export interface XactLockResult {
+  key: bigint;
+  token: bigint | null;
+}
+
+/** How xactLock talks to a caller's transaction: a node-postgres client or a Kysely transaction. */
+export interface XactExecutor {
+  /** Kysely: the transaction object itself, new per transaction. node-postgres: the client. */
+  readonly identity: object;
+  /** True when `identity` lives for exactly one transaction. */
+  readonly perTransaction: boolean;
+  /** The transaction status known without I/O. */
+  status(): 'idle' | 'active' | 'failed' | 'unknown';
+  query<R>(text: string, values: unknown[]): Promise<R[]>;
+  /** A multi-statement script; each statement's rows when the driver reports them, else null. */
+  script(text: string): Promise<Record<string, unknown>[][] | null>;
+}
+
+const DEFAULT_TIMEOUT_MS = 10_000;
+/** A cancellable wait is cut into slices this long, so an abort is seen within one slice. */
+const SLICE_MS = 250;
+
+/** Keys held per transaction: identity -> key -> transaction start (epoch text, or '' when per-transaction). */
+const heldKeys = new WeakMap<object, Map<bigint, string>>();
+
+interface Prepared {
+  target: LockTarget;
+  shared: boolean;
+  timeoutMs: number;
+  signal: AbortSignal | undefined;
+  nestedIn: string | null;
+}
+
+function prepare(exec: XactExecutor, name: LockName, opts: XactLockOptions | undefined, tryOnly: boolean): Prepared {
+  const o = optionsObject<XactLockOptions>(opts, tryOnly ? 'tryXactLock options' : 'xactLock options');
+  if (o.namespace !== undefined) nameToBytes('namespace', o.namespace);
+  const target = resolveLock(name, o.namespace);
+  const mode = oneOf(o.mode, 'mode', ['exclusive', 'shared'] as const, 'exclusive');
+  const fencing = booleanOption(o.fencing, 'fencing', false);
+  if (fencing) throw new PgfenceError('PGFENCE_UNSUPPORTED', 'fencing tokens for transaction locks need the pgfence schema (not yet available)');
+  let timeoutMs = o.timeoutMs === undefined ? DEFAULT_TIMEOUT_MS : durationMs(o.timeoutMs, 'timeoutMs', { allowInfinity: true });
+  if (tryOnly) {
+    if (o.timeoutMs !== undefined && o.timeoutMs !== 0) {
+      throw new InvalidArgumentError('timeoutMs', 'tryXactLock makes a single attempt; use xactLock() to wait');
+    }
+    timeoutMs = 0;
+  }
+  const signal = abortSignal(o.signal);
+  const status = exec.status();
+  if (status === 'idle') throw new NotInTransactionError();
+  if (status === 'failed') throw abortedTransaction();
+  const held = heldKeys.get(exec.identity)?.get(target.key);
+  if (held !== undefined && exec.perTransaction) throw new NestedLockError(target.name, target.key, target.name, target.key);
+  return { target, shared: mode === 'shared', timeoutMs, signal, nestedIn: held ?? null };
+}
+
+/**
+ * Takes a transaction-scoped advisory lock inside the caller's transaction: it is released when that
+ * transaction ends. Waits up to timeoutMs (LockTimeoutError); a timeout or deadlock leaves the
+ * transaction usable and the caller's lock_timeout as it was.
+ */
+export async function xactLockWith(exec: XactExecutor, name: LockName, opts?: XactLockOptions): Promise<XactLockResult> {
+  const p = prepare(exec, name, opts, false);
+  const result = p.timeoutMs === 0 ? await tryOnce(exec, p) : await wait(exec, p);
+  if (!result) throw new LockTimeoutError(p.target.name, p.target.key, p.timeoutMs);
+  return result;
+}
+
+/** One attempt at a transaction-scoped lock: null when it is held elsewhere. */
+export async function tryXactLockWith(exec: XactExecutor, name: LockName, opts?: Omit<XactLockOptions, 'timeoutMs'>): Promise<XactLockResult | null> {
+  return tryOnce(exec, prepare(exec, name, opts, true));
+}
+
+async function tryOnce(exec: XactExecutor, p: Prepared): Promise<XactLockResult | null> {
+  let rows: { in_xact: boolean; nested: boolean; granted: boolean | null; xact: string }[];
+  try {
+    rows = await exec.query(tryXactLockSql(p.shared), [p.target.key, p.nestedIn]);
+  } catch (err) {
+    throw translate(err, p);
+  }
+  const row = rows[0]!;
+  if (!row.in_xact) throw new NotInTransactionError();
+  if (row.nested) throw new NestedLockError(p.target.name, p.target.key, p.target.name, p.target.key);
+  if (!row.granted) return null;
+  return granted(exec, p, row.xact);
+}
+
+async function wait(exec: XactExecutor, p: Prepared): Promise<XactLockResult | null> {
+  const deadline = p.timeoutMs === Infinity ? Infinity : performance.now() + p.timeoutMs;
+  let first = true;
+  for (;;) {
+    if (p.signal?.aborted) {
+      if (!first) await undo(exec);
+      throw p.signal.reason;
+    }
+    const remaining = deadline - performance.now();
+    const slice = p.signal ? Math.min(remaining, SLICE_MS) : remaining;
+    let results: Record<string, unknown>[][] | null;
+    try {
+      results = await exec.script(
+        waitXactLockScript({ key: p.target.key, shared: p.shared, timeoutMs: Math.max(1, slice), first, nestedIn: p.nestedIn }),
+      );
+    } catch (err) {
+      const code = sqlState(err);
+      if (isConnectionError(err)) throw translate(err, p);
+      if (code === '55P03') {
+        first = false;
+        if (deadline - performance.now() > 1 || p.signal?.aborted) continue; // the next slice, or the abort above
+        await undo(exec);
+        return null;
+      }
+      // A savepoint refused outside a transaction (25P01) or in an aborted one (25P02) left nothing to undo.
+      if (code !== '25P01' && code !== '25P02') await undo(exec);
+      throw translate(err, p);
+    }
+    const row = results?.find((rows) => rows[0] && 'locked' in rows[0])?.[0];
+    if (row?.nested === true) throw new NestedLockError(p.target.name, p.target.key, p.target.name, p.target.key);
+    return granted(exec, p, typeof row?.xact === 'string' ? row.xact : '');
+  }
+}
+
+function granted(exec: XactExecutor, p: Prepared, xact: string): XactLockResult {
+  let keys = heldKeys.get(exec.identity);
+  if (!keys) heldKeys.set(exec.identity, (keys = new Map()));
+  keys.set(p.target.key, xact);
+  return { key: p.target.key, token: null };
+}
+
+async function undo(exec: XactExecutor): Promise<void> {
+  try {
+    await exec.script(undoWaitScript);
+  } catch {
+    // The connection is gone, or the transaction was ended underneath us: nothing is left to undo.
+  }
+}
+
+function translate(err: unknown, p: Prepared): Error {
+  const code = sqlState(err);
+  if (code === '25P01') return new NotInTransactionError();
+  if (code === '25P02') return abortedTransaction();
+  if (code === '40P01') return new DeadlockError(p.target.name, p.target.key, { cause: err });
+  if (code === '57014') {
+    // The caller's statement_timeout (or a cancel request) ended the wait.
+    const e = new LockTimeoutError(p.target.name, p.target.key, p.timeoutMs);
+    (e as { cause?: unknown }).cause = err;
+    return e;
+  }
+  if (isConnectionError(err)) return new LockUnavailableError(`transaction lock failed: ${(err as Error)?.message}`, { cause: err });
+  return err instanceof Error ? err : new Error(String(err));
+}
+
+function abortedTransaction(): NotInTransactionError {
+  const e = new NotInTransactionError();
+  e.message = 'the transaction is aborted (an earlier statement failed): roll it back before taking locks in it';
+  return e;
+}
+
+function sqlState(err: unknown): string | undefined {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' ? code : undefined;
+}

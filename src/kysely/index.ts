@@ -1,0 +1,43 @@
+import { CompiledQuery, type Kysely, type Transaction } from 'kysely';
+import { InvalidArgumentError } from '../errors.js';
+import { describeType, type LockName } from '../keys.js';
+import { tryXactLockWith, xactLockWith, type XactExecutor, type XactLockOptions, type XactLockResult } from '../advisory/xact.js';
+
+export type { XactLockOptions, XactLockResult } from '../advisory/xact.js';
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type AnyTransaction = Transaction<any> | Kysely<any>;
+
+function kyselyExecutor(trx: AnyTransaction): XactExecutor {
+  if (typeof trx !== 'object' || trx === null || typeof (trx as { executeQuery?: unknown }).executeQuery !== 'function') {
+    throw new InvalidArgumentError('trx', `expected a Kysely transaction, got ${describeType(trx)}`);
+  }
+  return {
+    // Kysely makes a new Transaction object per transaction.
+    identity: trx,
+    perTransaction: true,
+    status: () => (trx.isTransaction ? 'active' : 'idle'),
+    async query<R>(text: string, values: unknown[]) {
+      return (await trx.executeQuery(CompiledQuery.raw(text, values))).rows as R[];
+    },
+    async script(text: string) {
+      // Kysely's driver reports no rows for a multi-statement query; the caller needs none.
+      await trx.executeQuery(CompiledQuery.raw(text, []));
+      return null;
+    },
+  };
+}
+
+/** pg_advisory_xact_lock inside a Kysely transaction (db.transaction().execute(async (trx) => ...)). */
+export function xactLock(trx: AnyTransaction, name: LockName, opts?: XactLockOptions): Promise<XactLockResult> {
+  return xactLockWith(kyselyExecutor(trx), name, opts);
+}
+
+/** One try at a transaction lock inside a Kysely transaction; null when it is held elsewhere. */
+export function tryXactLock(
+  trx: AnyTransaction,
+  name: LockName,
+  opts?: Omit<XactLockOptions, 'timeoutMs'>,
+): Promise<XactLockResult | null> {
+  return tryXactLockWith(kyselyExecutor(trx), name, opts);
+}

@@ -1,0 +1,157 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { LockTimeoutError, NestedLockError } from '../src/index.js';
+import { sleep, useTestDatabase } from './support/db.js';
+import { advisoryKinds, type Participant } from './support/kinds.js';
+
+/**
+ * The same behaviours over every lock kind (after madelson/DistributedLock's conformance suite).
+ * Participants stand for processes: each has its own connections.
+ */
+describe.each(advisoryKinds)('conformance: $name', (kind) => {
+  let a: Participant;
+  let b: Participant;
+  let c: Participant;
+
+  beforeAll(async () => {
+    const db = await useTestDatabase(`conf_${kind.name}`);
+    [a, b, c] = await Promise.all([kind.open(db.url), kind.open(db.url), kind.open(db.url)]);
+  });
+  afterAll(async () => {
+    await Promise.all([a?.close(), b?.close(), c?.close()]);
+  });
+
+  it('keeps an unsynchronised counter exact under 60 concurrent workers', async () => {
+    let counter = 0;
+    let inside = 0;
+    let maxInside = 0;
+    const participants = [a, b, c];
+    await Promise.all(
+      Array.from({ length: 60 }, async (_, w) => {
+        for (let i = 0; i < 4; i++) {
+          await participants[w % 3]!.withLock(
+            'conformance:counter',
+            async () => {
+              inside++;
+              maxInside = Math.max(maxInside, inside);
+              const read = counter;
+              await sleep(Math.random() < 0.5 ? 0 : 1); // let others run between read and write
+              counter = read + 1;
+              inside--;
+            },
+            { timeoutMs: 120_000 },
+          );
+        }
+      }),
+    );
+    expect(maxInside).toBe(1);
+    expect(counter).toBe(240);
+  });
+
+  it('try fails while another holds the lock and succeeds once it is released', async () => {
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    let entered!: () => void;
+    const inside = new Promise<void>((r) => (entered = r));
+    const holder = a.withLock('conformance:try', async () => {
+      entered();
+      await held;
+    });
+    await inside;
+    expect((await b.tryWithLock('conformance:try', async () => 1)).acquired).toBe(false);
+    release();
+    await holder;
+    expect(await b.tryWithLock('conformance:try', async () => 7)).toEqual({ acquired: true, value: 7 });
+  });
+
+  it('times out with LockTimeoutError, and the lock is still usable afterwards', async () => {
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    let entered!: () => void;
+    const inside = new Promise<void>((r) => (entered = r));
+    const holder = a.withLock('conformance:timeout', async () => {
+      entered();
+      await held;
+    });
+    await inside;
+    const started = performance.now();
+    const err = await b.withLock('conformance:timeout', async () => 'ran', { timeoutMs: 300 }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(LockTimeoutError);
+    expect(performance.now() - started).toBeGreaterThanOrEqual(250); // it did wait
+    release();
+    await holder;
+    expect(await b.withLock('conformance:timeout', async () => 'ran', { timeoutMs: 10_000 })).toBe('ran');
+  });
+
+  it('a signal cancels the wait with its reason, and leaves nothing behind', async () => {
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    let entered!: () => void;
+    const inside = new Promise<void>((r) => (entered = r));
+    const holder = a.withLock('conformance:cancel', async () => {
+      entered();
+      await held;
+    });
+    await inside;
+    const controller = new AbortController();
+    const reason = new Error('caller gave up');
+    const waiting = b.withLock('conformance:cancel', async () => 'ran', { timeoutMs: 60_000, signal: controller.signal });
+    await sleep(100);
+    controller.abort(reason);
+    await expect(waiting).rejects.toBe(reason);
+    release();
+    await holder;
+    // Neither the cancelled waiter nor the holder left the lock held.
+    expect(await c.tryWithLock('conformance:cancel', async () => 'free')).toEqual({ acquired: true, value: 'free' });
+    expect(await b.tryWithLock('conformance:cancel', async () => 'free')).toEqual({ acquired: true, value: 'free' });
+  });
+
+  it('shared holders coexist; an exclusive request waits for all of them', async () => {
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    let entered = 0;
+    let bothIn!: () => void;
+    const both = new Promise<void>((r) => (bothIn = r));
+    const reader = (p: Participant) =>
+      p.withLock(
+        'conformance:rw',
+        async () => {
+          if (++entered === 2) bothIn();
+          await held;
+        },
+        { mode: 'shared' },
+      );
+    const readers = [reader(a), reader(b)];
+    await both; // two shared holders at once
+    expect((await c.tryWithLock('conformance:rw', async () => 1)).acquired).toBe(false);
+    const order: string[] = [];
+    const writer = c.withLock('conformance:rw', async () => order.push('writer'), { timeoutMs: 30_000 });
+    await sleep(150);
+    order.push('readers done');
+    release();
+    await Promise.all(readers);
+    await writer;
+    expect(order).toEqual(['readers done', 'writer']);
+  });
+
+  it('an exclusive holder keeps shared requests out', async () => {
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    let entered!: () => void;
+    const inside = new Promise<void>((r) => (entered = r));
+    const holder = a.withLock('conformance:ex', async () => {
+      entered();
+      await held;
+    });
+    await inside;
+    expect((await b.tryWithLock('conformance:ex', async () => 1, { mode: 'shared' })).acquired).toBe(false);
+    release();
+    await holder;
+    expect((await b.tryWithLock('conformance:ex', async () => 1, { mode: 'shared' })).acquired).toBe(true);
+  });
+
+  it('refuses re-entry by the holder', async () => {
+    expect(await a.reenter('conformance:reenter')).toBeInstanceOf(NestedLockError);
+    // And the refused attempt left the lock free.
+    expect((await b.tryWithLock('conformance:reenter', async () => 1)).acquired).toBe(true);
+  });
+});

@@ -1,0 +1,79 @@
+import { readFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { InvalidArgumentError, lockKey } from '../src/index.js';
+import { internalKey, resolveLock } from '../src/keys.js';
+
+const vectors = JSON.parse(readFileSync(new URL('./vectors/keys.json', import.meta.url), 'utf8')) as {
+  vectors: { name: string; namespace?: string; key: string }[];
+};
+
+describe('lockKey', () => {
+  it('matches the published vectors (the ones in DESIGN.md among them)', () => {
+    const byName = new Map(vectors.vectors.map((v) => [`${v.namespace ?? ''}|${v.name}`, v.key]));
+    expect(byName.get('|order:123')).toBe('-2046217617591970219');
+    expect(byName.get('|héllo wörld')).toBe('7743223038208521019');
+    expect(byName.get('app|order:123')).toBe('4553773078218211980');
+    for (const v of vectors.vectors) {
+      const key = v.namespace === undefined ? lockKey(v.name) : lockKey(v.name, { namespace: v.namespace });
+      expect(key, v.name).toBe(BigInt(v.key));
+    }
+  });
+
+  it('returns signed int64 keys', () => {
+    for (let i = 0; i < 2000; i++) {
+      const k = lockKey(`name-${i}`);
+      expect(k >= -(2n ** 63n) && k < 2n ** 63n).toBe(true);
+    }
+  });
+
+  it('keeps namespaces apart, and a namespace is not a name prefix', () => {
+    expect(lockKey('x', { namespace: 'a' })).not.toBe(lockKey('x', { namespace: 'b' }));
+    expect(lockKey('x', { namespace: 'a' })).not.toBe(lockKey('ax'));
+    expect(lockKey('x', { namespace: 'a' })).not.toBe(lockKey('x'));
+  });
+
+  it.each([
+    ['empty', ''],
+    ['lone surrogate', 'ab\uD800'],
+    ['NUL', 'a\0b'],
+    ['too long', 'x'.repeat(1025)],
+    ['too many UTF-8 bytes', 'é'.repeat(513)],
+  ])('rejects a %s name', (_label, name) => {
+    expect(() => lockKey(name)).toThrow(InvalidArgumentError);
+  });
+
+  it('accepts exactly 1024 UTF-8 bytes', () => {
+    expect(typeof lockKey('é'.repeat(512))).toBe('bigint');
+  });
+
+  it.each([[undefined], [null], [42], [{}], [[]]])('rejects a name of the wrong type (%s)', (name) => {
+    expect(() => lockKey(name as unknown as string)).toThrow(InvalidArgumentError);
+  });
+
+  it('rejects a bad namespace', () => {
+    expect(() => lockKey('a', { namespace: '' })).toThrow(InvalidArgumentError);
+    expect(() => lockKey('a', { namespace: 'a\0' })).toThrow(InvalidArgumentError);
+  });
+});
+
+describe('explicit keys', () => {
+  it('take int64 bigints and safe integers', () => {
+    expect(resolveLock(42n)).toEqual({ key: 42n, name: null });
+    expect(resolveLock(-(2n ** 63n)).key).toBe(-(2n ** 63n));
+    expect(resolveLock(2n ** 63n - 1n).key).toBe(2n ** 63n - 1n);
+    expect(resolveLock(7).key).toBe(7n);
+    expect(resolveLock(-7).key).toBe(-7n);
+  });
+
+  it.each([[2n ** 63n], [-(2n ** 63n) - 1n], [1.5], [NaN], [Infinity], [2 ** 53], [true], [Symbol('x')]])('reject %s', (key) => {
+    expect(() => resolveLock(key)).toThrow(InvalidArgumentError);
+  });
+});
+
+describe('internal keys', () => {
+  it('never equal the key of a user name with the same text', () => {
+    const k = internalKey('sem', 'jobs', '1');
+    expect(k).not.toBe(lockKey('sem\0jobs\01'.replace(/\0/g, ':')));
+    expect(k).not.toBe(internalKey('sem', 'jobs', '2'));
+  });
+});

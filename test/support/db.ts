@@ -1,0 +1,73 @@
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { afterAll, inject } from 'vitest';
+
+/** The test server's URL with another database (and optionally other parameters). */
+export function withDatabase(url: string, database: string, params: Record<string, string> = {}): string {
+  const u = new URL(url);
+  u.pathname = `/${database}`;
+  for (const [k, v] of Object.entries(params)) u.searchParams.set(k, v);
+  return u.toString();
+}
+
+/**
+ * A database of the test file's own, created on first use and dropped after the file, so files run in
+ * parallel without seeing each other's locks, tables or tokens.
+ */
+export async function useTestDatabase(label: string): Promise<{ url: string; name: string; urlWith(params: Record<string, string>): string }> {
+  const base = inject('databaseUrl');
+  const name = `pgfence_${label.replace(/[^a-z0-9_]/gi, '_').toLowerCase()}_${randomBytes(4).toString('hex')}`;
+  const admin = new pg.Client({ connectionString: base });
+  await admin.connect();
+  try {
+    await admin.query(`CREATE DATABASE ${name}`);
+  } finally {
+    await admin.end();
+  }
+  afterAll(async () => {
+    const c = new pg.Client({ connectionString: base });
+    await c.connect();
+    try {
+      await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    } finally {
+      await c.end();
+    }
+  });
+  const url = withDatabase(base, name);
+  return { url, name, urlWith: (params) => withDatabase(base, name, params) };
+}
+
+/** A unique application_name, to find (and kill) exactly one locker's backends. */
+export function appName(label: string): string {
+  return `pgfence_test_${label}_${randomBytes(3).toString('hex')}`;
+}
+
+/** Terminates every backend of an application_name; resolves with how many there were. */
+export async function killBackends(url: string, applicationName: string): Promise<number> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    const { rows } = await c.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+        WHERE application_name = $1 AND pid <> pg_backend_pid()) t`,
+      [applicationName],
+    );
+    return rows[0]!.n;
+  } finally {
+    await c.end();
+  }
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+/** Polls `check` until it returns true or `timeoutMs` passes (generous bounds: tests assert outcomes, not timing). */
+export async function eventually(check: () => boolean | Promise<boolean>, timeoutMs = 15_000, what = 'condition'): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (Date.now() < end) {
+    if (await check()) return;
+    await sleep(20);
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}

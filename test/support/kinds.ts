@@ -1,0 +1,129 @@
+import { Kysely, PostgresDialect } from 'kysely';
+import pg from 'pg';
+import { createLocker, tryXactLock, xactLock, type Locker } from '../../src/index.js';
+import * as kyselyLocks from '../../src/kysely/index.js';
+
+export type Mode = 'exclusive' | 'shared';
+export interface LockOpts {
+  timeoutMs?: number;
+  signal?: AbortSignal;
+  mode?: Mode;
+}
+
+/** One participant (think: one process) of a lock kind under test. */
+export interface Participant {
+  /** Runs fn while holding the lock (waiting up to timeoutMs). */
+  withLock<T>(name: string, fn: () => Promise<T>, opts?: LockOpts): Promise<T>;
+  /** One try; { acquired: false } when the lock is busy. */
+  tryWithLock<T>(name: string, fn: () => Promise<T>, opts?: Omit<LockOpts, 'timeoutMs'>): Promise<{ acquired: boolean; value?: T }>;
+  /** While holding `name`, asks for it again the way a careless caller would; resolves with what that threw. */
+  reenter(name: string): Promise<unknown>;
+  close(): Promise<void>;
+}
+
+export interface LockKindUnderTest {
+  name: string;
+  open(url: string): Promise<Participant>;
+}
+
+function lockerParticipant(locker: Locker, extra: () => Promise<void> = async () => {}): Participant {
+  return {
+    withLock: (name, fn, opts) => locker.withLock(name, () => fn(), opts),
+    tryWithLock: (name, fn, opts) => locker.tryWithLock(name, () => fn(), opts),
+    reenter: (name) =>
+      locker.withLock(name, () => locker.acquire(name, { timeoutMs: 1000 }).then(
+        () => new Error('re-entry was allowed'),
+        (err: unknown) => err,
+      )),
+    close: async () => {
+      await locker.close();
+      await extra();
+    },
+  };
+}
+
+/** Session locks on one pinned session per participant. */
+const session: LockKindUnderTest = {
+  name: 'session',
+  open: async (url) => lockerParticipant(createLocker({ connectionString: url, maxSessions: 1 })),
+};
+
+/** Session locks multiplexed over two sessions that also carry 200 unrelated held locks. */
+const multiplexed: LockKindUnderTest = {
+  name: 'multiplexed',
+  open: async (url) => {
+    const locker = createLocker({ connectionString: url, maxSessions: 2 });
+    const noise = await Promise.all(Array.from({ length: 200 }, (_, i) => locker.acquire(`noise:${Math.random()}:${i}`)));
+    return lockerParticipant(locker, async () => {
+      await Promise.all(noise.map((h) => h.release()));
+    });
+  },
+};
+
+/** pg_advisory_xact_lock on node-postgres clients, one transaction per critical section. */
+const xactPg: LockKindUnderTest = {
+  name: 'xact-pg',
+  open: async (url) => {
+    const pool = new pg.Pool({ connectionString: url, max: 12 });
+    const inTransaction = async <T>(fn: (c: pg.PoolClient) => Promise<T>): Promise<T> => {
+      const client = await pool.connect();
+      try {
+        await client.query('BEGIN');
+        const value = await fn(client);
+        await client.query('COMMIT');
+        return value;
+      } catch (err) {
+        await client.query('ROLLBACK').catch(() => {});
+        throw err;
+      } finally {
+        client.release();
+      }
+    };
+    return {
+      withLock: (name, fn, opts) =>
+        inTransaction(async (c) => {
+          await xactLock(c, name, opts);
+          return fn();
+        }),
+      tryWithLock: (name, fn, opts) =>
+        inTransaction(async (c) => {
+          if (!(await tryXactLock(c, name, opts))) return { acquired: false };
+          return { acquired: true, value: await fn() };
+        }),
+      reenter: (name) =>
+        inTransaction(async (c) => {
+          await xactLock(c, name);
+          return xactLock(c, name, { timeoutMs: 1000 }).then(() => new Error('re-entry was allowed'), (err: unknown) => err);
+        }),
+      close: () => pool.end(),
+    };
+  },
+};
+
+/** pg_advisory_xact_lock inside Kysely transactions. */
+const xactKysely: LockKindUnderTest = {
+  name: 'xact-kysely',
+  open: async (url) => {
+    const db = new Kysely<Record<string, never>>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 12 }) }) });
+    return {
+      withLock: (name, fn, opts) =>
+        db.transaction().execute(async (trx) => {
+          await kyselyLocks.xactLock(trx, name, opts);
+          return fn();
+        }),
+      tryWithLock: (name, fn, opts) =>
+        db.transaction().execute(async (trx) => {
+          if (!(await kyselyLocks.tryXactLock(trx, name, opts))) return { acquired: false };
+          return { acquired: true, value: await fn() };
+        }),
+      reenter: (name) =>
+        db.transaction().execute(async (trx) => {
+          await kyselyLocks.xactLock(trx, name);
+          return kyselyLocks.xactLock(trx, name, { timeoutMs: 1000 }).then(() => new Error('re-entry was allowed'), (err: unknown) => err);
+        }),
+      close: () => db.destroy(),
+    };
+  },
+};
+
+export const advisoryKinds: LockKindUnderTest[] = [session, multiplexed, xactPg, xactKysely];
