@@ -71,9 +71,10 @@ describe('explicit keys', () => {
 });
 
 describe('internal keys', () => {
-  it('never equal the key of a user name with the same text', () => {
-    const k = internalKey('sem', 'jobs', '1');
-    expect(k).not.toBe(lockKey('sem\0jobs\01'.replace(/\0/g, ':')));
-    expect(k).not.toBe(internalKey('sem', 'jobs', '2'));
+  it('hash bytes that no valid name or namespace can spell (they contain NUL)', () => {
+    const text = '\0pgfence\0sem\0jobs\0' + '1';
+    expect(() => lockKey(text)).toThrow(InvalidArgumentError);
+    expect(() => lockKey(text.slice(1), { namespace: 'x' })).toThrow(InvalidArgumentError);
+    expect(internalKey('sem', 'jobs', '1')).not.toBe(internalKey('sem', 'jobs', '2'));
   });
 });
