@@ -32,12 +32,12 @@ export function pgExecutor(client: pg.ClientBase): XactExecutor {
  * Throws NotInTransactionError outside a transaction, LockTimeoutError after timeoutMs (the
  * transaction stays usable), DeadlockError when PostgreSQL breaks a deadlock.
  */
-export function xactLock(client: pg.ClientBase, name: LockName, opts?: XactLockOptions): Promise<XactLockResult> {
+export async function xactLock(client: pg.ClientBase, name: LockName, opts?: XactLockOptions): Promise<XactLockResult> {
   return xactLockWith(pgExecutor(client), name, opts);
 }
 
 /** One try at a transaction lock inside the caller's transaction; null when it is held elsewhere. */
-export function tryXactLock(
+export async function tryXactLock(
   client: pg.ClientBase,
   name: LockName,
   opts?: Omit<XactLockOptions, 'timeoutMs'>,

@@ -29,12 +29,12 @@ function kyselyExecutor(trx: AnyTransaction): XactExecutor {
 }
 
 /** pg_advisory_xact_lock inside a Kysely transaction (db.transaction().execute(async (trx) => ...)). */
-export function xactLock(trx: AnyTransaction, name: LockName, opts?: XactLockOptions): Promise<XactLockResult> {
+export async function xactLock(trx: AnyTransaction, name: LockName, opts?: XactLockOptions): Promise<XactLockResult> {
   return xactLockWith(kyselyExecutor(trx), name, opts);
 }
 
 /** One try at a transaction lock inside a Kysely transaction; null when it is held elsewhere. */
-export function tryXactLock(
+export async function tryXactLock(
   trx: AnyTransaction,
   name: LockName,
   opts?: Omit<XactLockOptions, 'timeoutMs'>,

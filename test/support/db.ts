@@ -71,3 +71,12 @@ export async function eventually(check: () => boolean | Promise<boolean>, timeou
   }
   throw new Error(`timed out waiting for ${what}`);
 }
+
+/** The test URL pointed at a local port where nothing listens. */
+export async function freePortUrl(url: string): Promise<string> {
+  const { freePort } = await import('./server.js');
+  const u = new URL(url);
+  u.hostname = '127.0.0.1';
+  u.port = String(await freePort());
+  return u.toString();
+}

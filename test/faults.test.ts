@@ -1,0 +1,125 @@
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLocker, LockLostError, LockUnavailableError, type Locker, type LostEvent } from '../src/index.js';
+import { appName, eventually, freePortUrl, killBackends, useTestDatabase } from './support/db.js';
+import { TcpProxy } from './support/tcp-proxy.js';
+
+let db: Awaited<ReturnType<typeof useTestDatabase>>;
+const lockers: Locker[] = [];
+const track = (l: Locker) => (lockers.push(l), l);
+
+beforeAll(async () => {
+  db = await useTestDatabase('faults');
+});
+afterAll(async () => {
+  await Promise.all(lockers.map((l) => l.close()));
+});
+
+describe('a killed backend', () => {
+  it('aborts the holders, emits lost, frees the lock for others, and the locker carries on', async () => {
+    const app = appName('kill');
+    const holder = track(createLocker({ connectionString: db.urlWith({ application_name: app }), maxSessions: 1 }));
+    const other = track(createLocker({ connectionString: db.url }));
+    const lost: LostEvent[] = [];
+    holder.on('lost', (ev: LostEvent) => lost.push(ev));
+
+    const h1 = await holder.acquire('fault:kill:1');
+    const h2 = await holder.acquire('fault:kill:2', { mode: 'shared' });
+    expect(await other.tryAcquire('fault:kill:1')).toBeNull();
+
+    expect(await killBackends(db.url, app)).toBeGreaterThan(0);
+    await eventually(() => h1.signal.aborted && h2.signal.aborted, 15_000, 'both signals to abort');
+    expect(h1.signal.reason).toBeInstanceOf(LockLostError);
+    expect((h1.signal.reason as LockLostError).reason).toBe('session-lost');
+    expect(lost.map((e) => e.name).sort()).toEqual(['fault:kill:1', 'fault:kill:2']);
+    expect(await h1.release()).toBe(false); // nothing to give back, and no throw
+
+    const taken = await other.acquire('fault:kill:1', { timeoutMs: 10_000 });
+    await taken.release();
+    // The locker opens a new session for the next lock.
+    const again = await holder.acquire('fault:kill:3', { timeoutMs: 10_000 });
+    expect(await again.release()).toBe(true);
+    expect(holder.stats().lost).toBe(2);
+  });
+});
+
+describe('a holder process that is SIGKILLed', () => {
+  it('leaves the lock re-acquirable', async () => {
+    const child = spawn(process.execPath, [new URL('./fixtures/holder.mjs', import.meta.url).pathname, db.url, 'fault:sigkill'], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    try {
+      const [chunk] = (await once(child.stdout!, 'data')) as [Buffer];
+      expect(chunk.toString()).toContain('held');
+      const locker = track(createLocker({ connectionString: db.url }));
+      expect(await locker.tryAcquire('fault:sigkill')).toBeNull();
+      const waiting = locker.acquire('fault:sigkill', { timeoutMs: 20_000 });
+      child.kill('SIGKILL');
+      const h = await waiting;
+      expect(h.name).toBe('fault:sigkill');
+      await h.release();
+    } finally {
+      child.kill('SIGKILL');
+    }
+  });
+});
+
+describe('an unreachable database', () => {
+  it('rejects acquire and tryAcquire with LockUnavailableError when nothing listens', async () => {
+    const locker = track(createLocker({ connectionString: await freePortUrl(db.url) }));
+    const err = await locker.acquire('fault:down', { timeoutMs: 5000 }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(LockUnavailableError);
+    expect((err as Error).cause).toBeDefined();
+    await expect(locker.tryAcquire('fault:down')).rejects.toBeInstanceOf(LockUnavailableError);
+  });
+
+  it('rejects within the timeout when the network swallows every packet', async () => {
+    const target = new URL(db.url);
+    const proxy = await new TcpProxy(target.hostname, Number(target.port || 5432)).start();
+    proxy.blackhole();
+    try {
+      const url = new URL(db.url);
+      url.port = String(proxy.port);
+      const locker = track(createLocker({ connectionString: url.toString(), keepaliveMs: 200 }));
+      const started = performance.now();
+      const err = await locker.acquire('fault:blackhole:connect', { timeoutMs: 1000 }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(LockUnavailableError);
+      expect(performance.now() - started).toBeLessThan(10_000); // it did not hang
+    } finally {
+      await proxy.close();
+    }
+  });
+});
+
+describe('a network blackhole under a held lock', () => {
+  it('is reported as a loss within keepalive plus its deadline', async () => {
+    const target = new URL(db.url);
+    const proxy = await new TcpProxy(target.hostname, Number(target.port || 5432)).start();
+    try {
+      const url = new URL(db.url);
+      url.port = String(proxy.port);
+      const keepaliveMs = 200;
+      const locker = track(createLocker({ connectionString: url.toString(), keepaliveMs }));
+      const lost: LostEvent[] = [];
+      locker.on('lost', (ev: LostEvent) => lost.push(ev));
+      const h = await locker.acquire('fault:blackhole');
+      proxy.blackhole();
+      const cut = performance.now();
+      await eventually(() => h.signal.aborted, 20_000, 'the loss to be signalled');
+      const detectedMs = performance.now() - cut;
+      expect(h.signal.reason).toBeInstanceOf(LockLostError);
+      expect(lost).toHaveLength(1);
+      // keepaliveMs + max(2 x keepaliveMs, 2000): with slack for a loaded machine.
+      expect(detectedMs).toBeLessThan(keepaliveMs + 2000 + 3000);
+      // Once the server notices (here: the proxy closes its side), the lock is free again.
+      proxy.heal();
+      proxy.cutAll();
+      const other = track(createLocker({ connectionString: db.url }));
+      const again = await other.acquire('fault:blackhole', { timeoutMs: 10_000 });
+      await again.release();
+    } finally {
+      await proxy.close();
+    }
+  });
+});

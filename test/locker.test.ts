@@ -1,0 +1,268 @@
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  createLocker,
+  LockLostError,
+  LockTimeoutError,
+  NestedLockError,
+  type AcquiredEvent,
+  type Locker,
+  type ReleasedEvent,
+  type TimeoutEvent,
+} from '../src/index.js';
+import { appName, eventually, sleep, useTestDatabase } from './support/db.js';
+
+let db: Awaited<ReturnType<typeof useTestDatabase>>;
+let admin: pg.Client;
+const lockers: Locker[] = [];
+const open = (opts: Partial<Parameters<typeof createLocker>[0]> = {}) => {
+  const l = createLocker({ connectionString: db.url, ...opts });
+  lockers.push(l);
+  return l;
+};
+
+beforeAll(async () => {
+  db = await useTestDatabase('locker');
+  admin = new pg.Client({ connectionString: db.url });
+  await admin.connect();
+});
+afterAll(async () => {
+  await Promise.all(lockers.map((l) => l.close()));
+  await admin.end();
+});
+
+async function advisoryLocksOf(applicationName: string): Promise<number> {
+  const { rows } = await admin.query<{ n: number }>(
+    `SELECT count(*)::int AS n FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+      WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND a.application_name = $1`,
+    [applicationName],
+  );
+  return rows[0]!.n;
+}
+
+describe('handles', () => {
+  it('release is idempotent and reports whether it released', async () => {
+    const locker = open();
+    const h = await locker.acquire('h:idempotent');
+    expect(h.name).toBe('h:idempotent');
+    expect(h.mode).toBe('exclusive');
+    expect(h.token).toBeNull();
+    expect(h.acquiredAt).toBeInstanceOf(Date);
+    expect(await h.release()).toBe(true);
+    expect(await h.release()).toBe(false);
+    expect(h.signal.aborted).toBe(false);
+  });
+
+  it('await using releases at the end of the scope', async () => {
+    const locker = open();
+    const other = open();
+    {
+      await using h = await locker.acquire('h:using');
+      expect(h.key).toBeTypeOf('bigint');
+      expect(await other.tryAcquire('h:using')).toBeNull();
+    }
+    const again = await other.tryAcquire('h:using');
+    expect(again).not.toBeNull();
+    await again!.release();
+  });
+
+  it('explicit keys work as bigint and safe integer', async () => {
+    const locker = open();
+    const h = await locker.acquire(123456789012345678n);
+    expect(h.key).toBe(123456789012345678n);
+    expect(h.name).toBeNull();
+    expect(await locker.tryAcquire(123456789012345678n)).toBeNull();
+    await h.release();
+    const n = await locker.acquire(-42);
+    expect(n.key).toBe(-42n);
+    await n.release();
+  });
+
+  it('ttlMs bounds the hold: the lock goes back and the signal aborts', async () => {
+    const locker = open();
+    const other = open();
+    const h = await locker.acquire('h:ttl', { ttlMs: 150 });
+    expect(await other.tryAcquire('h:ttl')).toBeNull();
+    const next = await other.acquire('h:ttl', { timeoutMs: 10_000 });
+    expect(h.signal.aborted).toBe(true);
+    expect((h.signal.reason as LockLostError).reason).toBe('ttl-expired');
+    expect(await h.release()).toBe(false);
+    await next.release();
+  });
+});
+
+describe('one locker', () => {
+  it('never hands one key to two handles (advisory re-entrancy does not leak)', async () => {
+    const locker = open();
+    const h = await locker.acquire('one:reentrant');
+    expect(await locker.tryAcquire('one:reentrant')).toBeNull();
+    const second = locker.acquire('one:reentrant', { timeoutMs: 10_000 });
+    await sleep(50);
+    await h.release();
+    const h2 = await second;
+    // One server-side hold, whoever held it locally.
+    expect(await h2.release()).toBe(true);
+    const other = open();
+    const free = await other.tryAcquire('one:reentrant');
+    expect(free).not.toBeNull();
+    await free!.release();
+  });
+
+  it('shares one server hold among local shared holders', async () => {
+    const locker = open();
+    const other = open();
+    const r1 = await locker.acquire('one:shared', { mode: 'shared' });
+    const r2 = await locker.acquire('one:shared', { mode: 'shared' });
+    expect(await other.tryAcquire('one:shared')).toBeNull();
+    await r1.release();
+    expect(await other.tryAcquire('one:shared')).toBeNull(); // r2 still holds it
+    await r2.release();
+    const w = await other.tryAcquire('one:shared');
+    expect(w).not.toBeNull();
+    await w!.release();
+  });
+
+  it('multiplexes 500 held locks over at most maxSessions sessions', async () => {
+    const app = appName('mux');
+    const locker = open({ connectionString: db.urlWith({ application_name: app }), maxSessions: 2 });
+    const handles = await Promise.all(Array.from({ length: 500 }, (_, i) => locker.acquire(`mux:${i}`)));
+    expect(await advisoryLocksOf(app)).toBe(500);
+    const { rows } = await admin.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1`, [app]);
+    expect(rows[0]!.n).toBeLessThanOrEqual(2);
+    expect(locker.stats().held).toBe(500);
+    await Promise.all(handles.map((h) => h.release()));
+    expect(await advisoryLocksOf(app)).toBe(0);
+  });
+
+  it('a grant that lands as the wait times out is given back, never leaked', async () => {
+    const app = appName('race');
+    const locker = open({ connectionString: db.urlWith({ application_name: app }) });
+    // Connect both sessions first: a timeout while still connecting is LockUnavailableError, not the race under test.
+    await Promise.all(Array.from({ length: 7 }, async (_, i) => (await locker.acquire(`race:${i}`)).release()));
+    const results = await Promise.allSettled(
+      Array.from({ length: 300 }, (_, i) => locker.acquire(`race:${i % 7}`, { timeoutMs: 1 + (i % 3) })),
+    );
+    await Promise.all(results.map((r) => (r.status === 'fulfilled' ? r.value.release() : undefined)));
+    expect(results.some((r) => r.status === 'rejected' && r.reason instanceof LockTimeoutError)).toBe(true);
+    expect(results.every((r) => r.status === 'fulfilled' || r.reason instanceof LockTimeoutError)).toBe(true);
+    await eventually(async () => (await advisoryLocksOf(app)) === 0, 10_000, 'every lock to be given back');
+    expect(locker.stats().held).toBe(0);
+    expect(locker.stats().waiting).toBe(0);
+  });
+
+  it('close() releases everything at once for others', async () => {
+    const locker = createLocker({ connectionString: db.url });
+    const other = open();
+    const h = await locker.acquire('close:held');
+    const waiting = other.acquire('close:held', { timeoutMs: 10_000 });
+    await locker.close();
+    const taken = await waiting;
+    expect(await h.release()).toBe(false);
+    await taken.release();
+    await expect(locker.acquire('close:after')).rejects.toThrow(/closed/);
+  });
+});
+
+describe('callbacks', () => {
+  it('withLock releases when the callback throws', async () => {
+    const locker = open();
+    await expect(
+      locker.withLock('cb:throws', async () => {
+        throw new Error('boom');
+      }),
+    ).rejects.toThrow('boom');
+    const h = await locker.tryAcquire('cb:throws');
+    expect(h).not.toBeNull();
+    await h!.release();
+  });
+
+  it('nested acquisition inside a callback is refused unless allowNested', async () => {
+    const locker = open();
+    await locker.withLock('cb:outer', async () => {
+      await expect(locker.acquire('cb:inner')).rejects.toBeInstanceOf(NestedLockError);
+      await expect(locker.withLock('cb:inner', async () => 1)).rejects.toBeInstanceOf(NestedLockError);
+      const inner = await locker.acquire('cb:inner', { allowNested: true });
+      await inner.release();
+    });
+    // Outside the callback, all is normal again.
+    const h = await locker.acquire('cb:inner');
+    await h.release();
+  });
+
+  it('tryWithLock reports a busy lock without running the callback', async () => {
+    const locker = open();
+    const other = open();
+    const h = await locker.acquire('cb:try');
+    let ran = false;
+    expect(await other.tryWithLock('cb:try', async () => (ran = true))).toEqual({ acquired: false });
+    expect(ran).toBe(false);
+    await h.release();
+    expect(await other.tryWithLock('cb:try', async () => 'v')).toEqual({ acquired: true, value: 'v' });
+  });
+});
+
+describe('acquireAll', () => {
+  it('takes all keys, or none', async () => {
+    const locker = open();
+    const other = open();
+    const blocker = await other.acquire('all:c');
+    await expect(locker.acquireAll(['all:a', 'all:b', 'all:c'], { timeoutMs: 200 })).rejects.toBeInstanceOf(LockTimeoutError);
+    // Nothing was kept from the failed attempt.
+    for (const n of ['all:a', 'all:b']) {
+      const h = await other.tryAcquire(n);
+      expect(h, n).not.toBeNull();
+      await h!.release();
+    }
+    await blocker.release();
+    const all = await locker.acquireAll(['all:c', 'all:a', 'all:b', 'all:a']);
+    expect(all.handles).toHaveLength(3);
+    const keys = all.handles.map((h) => h.key);
+    expect([...keys].sort((x, y) => (x < y ? -1 : x > y ? 1 : 0))).toEqual(keys); // canonical order
+    expect(await other.tryAcquire('all:b')).toBeNull();
+    expect(await all.release()).toBe(true);
+    const b = await other.tryAcquire('all:b');
+    expect(b).not.toBeNull();
+    await b!.release();
+  });
+
+  it('two callers with opposite orders never deadlock', async () => {
+    const l1 = open();
+    const l2 = open();
+    let done = 0;
+    await Promise.all([
+      (async () => {
+        for (let i = 0; i < 20; i++) await (await l1.acquireAll(['dl:x', 'dl:y'], { timeoutMs: 20_000 })).release().then(() => done++);
+      })(),
+      (async () => {
+        for (let i = 0; i < 20; i++) await (await l2.acquireAll(['dl:y', 'dl:x'], { timeoutMs: 20_000 })).release().then(() => done++);
+      })(),
+    ]);
+    expect(done).toBe(40);
+  });
+});
+
+describe('events', () => {
+  it('reports acquired, contention, timeout and released with durations', async () => {
+    const locker = open();
+    const other = open();
+    const events: string[] = [];
+    const acquired: AcquiredEvent[] = [];
+    const released: ReleasedEvent[] = [];
+    const timeouts: TimeoutEvent[] = [];
+    other.on('acquired', (e: AcquiredEvent) => (events.push('acquired'), acquired.push(e)));
+    other.on('released', (e: ReleasedEvent) => (events.push('released'), released.push(e)));
+    other.on('timeout', (e: TimeoutEvent) => (events.push('timeout'), timeouts.push(e)));
+    other.on('contention', () => events.push('contention'));
+    const h = await locker.acquire('ev:busy');
+    await expect(other.acquire('ev:busy', { timeoutMs: 100 })).rejects.toBeInstanceOf(LockTimeoutError);
+    await h.release();
+    const mine = await other.acquire('ev:busy');
+    await mine.release();
+    expect(events).toEqual(['contention', 'timeout', 'acquired', 'released']);
+    expect(timeouts[0]!.name).toBe('ev:busy');
+    expect(timeouts[0]!.waitMs).toBeGreaterThan(0);
+    expect(acquired[0]!.key).toBe(mine.key);
+    expect(released[0]!.holdMs).toBeGreaterThanOrEqual(0);
+    expect(other.stats()).toMatchObject({ acquired: 1, released: 1, timeouts: 1, contention: 1, held: 0, waiting: 0 });
+  });
+});

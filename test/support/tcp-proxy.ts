@@ -1,0 +1,66 @@
+import { createConnection, createServer, type Server, type Socket } from 'node:net';
+
+/**
+ * A TCP proxy in front of PostgreSQL that can turn into a blackhole: connections stay open but no
+ * byte crosses in either direction, as when a network path silently drops packets.
+ */
+export class TcpProxy {
+  private server: Server | null = null;
+  private readonly pairs = new Set<[Socket, Socket]>();
+  private blackholed = false;
+  port = 0;
+
+  constructor(
+    private readonly targetHost: string,
+    private readonly targetPort: number,
+  ) {}
+
+  async start(): Promise<this> {
+    this.server = createServer((client) => {
+      const upstream = createConnection({ host: this.targetHost, port: this.targetPort });
+      const pair: [Socket, Socket] = [client, upstream];
+      this.pairs.add(pair);
+      const forward = (from: Socket, to: Socket) =>
+        from.on('data', (chunk) => {
+          if (!this.blackholed) to.write(chunk);
+        });
+      forward(client, upstream);
+      forward(upstream, client);
+      const end = () => {
+        this.pairs.delete(pair);
+        client.destroy();
+        upstream.destroy();
+      };
+      // In a blackhole a closed side is not noticed by the other: the server keeps its session.
+      client.on('close', () => !this.blackholed && end());
+      upstream.on('close', () => !this.blackholed && end());
+      client.on('error', () => {});
+      upstream.on('error', () => {});
+    });
+    await new Promise<void>((resolve) => this.server!.listen(0, '127.0.0.1', resolve));
+    this.port = (this.server.address() as { port: number }).port;
+    return this;
+  }
+
+  blackhole(): void {
+    this.blackholed = true;
+  }
+
+  heal(): void {
+    this.blackholed = false;
+  }
+
+  /** Closes both sides of every connection (the server then ends the sessions behind them). */
+  cutAll(): void {
+    for (const [a, b] of this.pairs) {
+      a.destroy();
+      b.destroy();
+    }
+    this.pairs.clear();
+  }
+
+  async close(): Promise<void> {
+    this.cutAll();
+    await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
+  }
+}
