@@ -110,3 +110,19 @@ export class DeadlockError extends PgfenceError {
 export function describeLock(name: string | null, key: bigint): string {
   return name === null ? `key ${key}` : `"${name.length > 80 ? `${name.slice(0, 77)}...` : name}" (key ${key})`;
 }
+
+const MISSING_SCHEMA_CODES = new Set(['42883', '3F000', '42P01']);
+
+/**
+ * The error for a statement that needed pgfence's schema (undefined function, schema or table),
+ * or null when `err` is something else.
+ */
+export function schemaMissingError(err: unknown): PgfenceError | null {
+  const code = (err as { code?: unknown } | null)?.code;
+  if (typeof code !== 'string' || !MISSING_SCHEMA_CODES.has(code)) return null;
+  return new PgfenceError(
+    'PGFENCE_NOT_MIGRATED',
+    "this needs pgfence's schema (fencing tokens, leases): run migrate() or `pgfence migrate` against this database first",
+    { cause: err },
+  );
+}

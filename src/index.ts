@@ -1,5 +1,5 @@
 export { createLocker } from './locker.js';
-export type { AcquireOptions, Locker, LockerOptions } from './locker.js';
+export type { AcquireOptions, LeaseOptions, Locker, LockerOptions } from './locker.js';
 export type { LockHandle } from './advisory/handle.js';
 export { lockKey } from './keys.js';
 export type { LockName } from './keys.js';
@@ -29,3 +29,8 @@ export type {
 } from './observe/observer.js';
 export { tryXactLock, xactLock } from './advisory/xact-pg.js';
 export type { XactLockOptions, XactLockResult } from './advisory/xact.js';
+export { fencedUpdate } from './fencing/fenced-update-pg.js';
+export type { FencedUpdateResult, FencedUpdateSpec } from './fencing/fenced-update.js';
+export { fencingColumnSql } from './fencing/fencing-column.js';
+export type { FencingColumnOptions } from './fencing/fencing-column.js';
+export type { LeaseHandle } from './lease/lease-manager.js';

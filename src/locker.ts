@@ -13,6 +13,9 @@ import { abortSignal, booleanOption, callback, durationMs, oneOf, optionsObject,
 import { ConnectionSource } from './session/connection-source.js';
 import { ReleaseListener } from './session/listener.js';
 import { SessionPool } from './session/session-pool.js';
+import { LeaseManager, type LeaseHandle, type LeaseRequest } from './lease/lease-manager.js';
+import { hostname } from 'node:os';
+import { randomBytes } from 'node:crypto';
 
 export interface LockerOptions {
   /** A PostgreSQL URL; the locker builds its own pool from it. */
@@ -44,6 +47,21 @@ export interface AcquireOptions {
   allowNested?: boolean;
 }
 
+export interface LeaseOptions {
+  /** Lease duration on the database clock; default 15000, at least 100. */
+  ttlMs?: number;
+  /** Renew automatically every ttlMs / 3; default true. */
+  renew?: boolean;
+  /** Bound on the wait; default: the locker's defaultTimeoutMs. */
+  timeoutMs?: number;
+  signal?: AbortSignal;
+  /** Who holds it (shown by inspect and status); default host:pid:random. */
+  owner?: string;
+  /** JSON kept with the lease. */
+  data?: unknown;
+  allowNested?: boolean;
+}
+
 export interface Locker extends EventEmitter {
   acquire(name: LockName, opts?: AcquireOptions): Promise<LockHandle>;
   tryAcquire(name: LockName, opts?: Omit<AcquireOptions, 'timeoutMs'>): Promise<LockHandle | null>;
@@ -54,6 +72,9 @@ export interface Locker extends EventEmitter {
     opts?: Omit<AcquireOptions, 'timeoutMs'>,
   ): Promise<{ acquired: true; value: T } | { acquired: false }>;
   acquireAll(names: LockName[], opts?: AcquireOptions): Promise<LockHandle & { readonly handles: readonly LockHandle[] }>;
+  lease(name: LockName, opts?: LeaseOptions): Promise<LeaseHandle>;
+  tryLease(name: LockName, opts?: Omit<LeaseOptions, 'timeoutMs'>): Promise<LeaseHandle | null>;
+  withLease<T>(name: LockName, fn: (handle: LeaseHandle) => Promise<T>, opts?: LeaseOptions): Promise<T>;
   stats(): LockerStats;
   close(): Promise<void>;
 }
@@ -77,6 +98,8 @@ class PgLocker extends EventEmitter implements Locker {
   private readonly sessions: SessionPool;
   private readonly listener: ReleaseListener;
   private readonly locks: AdvisoryLockManager;
+  private readonly leases: LeaseManager;
+  private readonly defaultOwner = `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
   private readonly observer: Observer;
   private closing: Promise<void> | null = null;
 
@@ -110,24 +133,31 @@ class PgLocker extends EventEmitter implements Locker {
       {
         connectionString: o.connectionString,
         pool: o.pool,
-        // The sessions, the release listener, and one for short statements.
-        poolSize: this.opts.maxSessions + 2,
+        // The sessions, the release listener, and two for short statements (leases, tokens, inspect).
+        poolSize: this.opts.maxSessions + 3,
         connectTimeoutMs: this.opts.deadlineMs,
       },
       this.opts.logger,
     );
-    this.observer = new Observer(this, this.opts.logger, o.meter, () => this.locks.held);
+    this.observer = new Observer(this, this.opts.logger, o.meter, () => this.locks.held + this.leases.held);
     this.listener = new ReleaseListener(
       this.source,
       { keepaliveMs, deadlineMs: this.opts.deadlineMs, logger: this.opts.logger },
-      (key) => this.locks.onRelease(key),
+      (key) => {
+        this.locks.onRelease(key);
+        this.leases.onRelease(key);
+      },
     );
     this.sessions = new SessionPool(
       this.source,
       { size: this.opts.maxSessions, keepaliveMs, deadlineMs: this.opts.deadlineMs, logger: this.opts.logger },
-      (session, err) => this.locks.onSessionLost(session, err),
+      (session, err) => {
+        this.locks.onSessionLost(session, err);
+        this.leases.onSessionLost(session);
+      },
     );
     this.locks = new AdvisoryLockManager(this.sessions, this.listener, this.observer);
+    this.leases = new LeaseManager(this.source, this.sessions, this.listener, this.observer);
   }
 
   async acquire(name: LockName, opts?: AcquireOptions): Promise<LockHandle> {
@@ -191,18 +221,36 @@ class PgLocker extends EventEmitter implements Locker {
     return new CompositeLockHandle(held);
   }
 
+  async lease(name: LockName, opts?: LeaseOptions): Promise<LeaseHandle> {
+    return (await this.leases.acquire(this.leaseRequest(name, opts, 'lease'), false))!;
+  }
+
+  async tryLease(name: LockName, opts?: Omit<LeaseOptions, 'timeoutMs'>): Promise<LeaseHandle | null> {
+    const o = optionsObject<LeaseOptions>(opts, 'tryLease options');
+    if (o.timeoutMs !== undefined && o.timeoutMs !== 0) {
+      throw new InvalidArgumentError('timeoutMs', 'tryLease makes a single attempt; use lease() to wait');
+    }
+    return this.leases.acquire(this.leaseRequest(name, { ...o, timeoutMs: 0 }, 'tryLease'), true);
+  }
+
+  async withLease<T>(name: LockName, fn: (handle: LeaseHandle) => Promise<T>, opts?: LeaseOptions): Promise<T> {
+    callback(fn, 'fn');
+    const handle = await this.lease(name, opts);
+    return this.runHolding(handle, fn);
+  }
+
   stats(): LockerStats {
     return {
       ...this.observer.counters(),
-      held: this.locks.held,
-      waiting: this.locks.waiting,
+      held: this.locks.held + this.leases.held,
+      waiting: this.locks.waiting + this.leases.waiting,
       sessions: this.sessions.live().length,
     };
   }
 
   close(): Promise<void> {
     this.closing ??= (async () => {
-      await this.locks.close();
+      await Promise.all([this.locks.close(), this.leases.close()]);
       this.sessions.close();
       this.listener.close();
       await this.source.end();
@@ -210,7 +258,7 @@ class PgLocker extends EventEmitter implements Locker {
     return this.closing;
   }
 
-  private runHolding<T>(handle: LockHandle, fn: (handle: LockHandle) => Promise<T>): Promise<T> {
+  private runHolding<H extends LockHandle, T>(handle: H, fn: (handle: H) => Promise<T>): Promise<T> {
     return runHolding(this, handle, async () => {
       try {
         return await fn(handle);
@@ -218,6 +266,33 @@ class PgLocker extends EventEmitter implements Locker {
         await handle.release();
       }
     });
+  }
+
+  private leaseRequest(name: LockName | undefined, opts: LeaseOptions | undefined, method: string): LeaseRequest {
+    const o = optionsObject<LeaseOptions>(opts, `${method} options`);
+    const target = resolveLock(name, this.opts.namespace);
+    const owner = o.owner === undefined ? this.defaultOwner : o.owner;
+    if (typeof owner !== 'string' || owner.length === 0 || owner.length > 200) {
+      throw new InvalidArgumentError('owner', `expected a non-empty string of at most 200 characters, got ${describeType(owner)}`);
+    }
+    const request: LeaseRequest = {
+      target,
+      ttlMs: o.ttlMs === undefined ? 15_000 : durationMs(o.ttlMs, 'ttlMs', { min: 100, integer: true }),
+      renew: booleanOption(o.renew, 'renew', true),
+      timeoutMs:
+        o.timeoutMs === undefined ? this.opts.defaultTimeoutMs : durationMs(o.timeoutMs, 'timeoutMs', { allowInfinity: true }),
+      signal: abortSignal(o.signal),
+      owner,
+      data: jsonData(o.data),
+    };
+    this.checkNesting(target, o.allowNested);
+    return request;
+  }
+
+  private checkNesting(target: LockTarget, allowNested: unknown): void {
+    if (booleanOption(allowNested, 'allowNested', false)) return;
+    const outer = heldInCallback(this);
+    if (outer) throw new NestedLockError(target.name, target.key, outer.name, outer.key);
   }
 
   /** Validates a request (before any I/O) and checks for nesting. */
@@ -229,7 +304,6 @@ class PgLocker extends EventEmitter implements Locker {
     if (fencing && mode === 'shared') {
       throw new InvalidArgumentError('fencing', "fencing tokens are issued to exclusive holders only; use mode 'exclusive'");
     }
-    if (fencing) throw new InvalidArgumentError('fencing', 'fencing tokens need the pgfence schema; see migrate()');
     const request: AcquireRequest = {
       target,
       mode,
@@ -237,13 +311,24 @@ class PgLocker extends EventEmitter implements Locker {
         o.timeoutMs === undefined ? this.opts.defaultTimeoutMs : durationMs(o.timeoutMs, 'timeoutMs', { allowInfinity: true }),
       signal: abortSignal(o.signal),
       ttlMs: o.ttlMs === undefined ? undefined : durationMs(o.ttlMs, 'ttlMs', { min: 1 }),
+      fencing,
     };
-    if (!booleanOption(o.allowNested, 'allowNested', false)) {
-      const outer = heldInCallback(this);
-      if (outer) throw new NestedLockError(target.name, target.key, outer.name, outer.key);
-    }
+    this.checkNesting(target, o.allowNested);
     return request;
   }
+}
+
+/** Lease data must survive a JSON round trip into jsonb. */
+function jsonData(data: unknown): unknown {
+  if (data === undefined) return undefined;
+  let text: string | undefined;
+  try {
+    text = JSON.stringify(data);
+  } catch (err) {
+    throw new InvalidArgumentError('data', `must be JSON-serialisable: ${(err as Error).message}`);
+  }
+  if (text === undefined) throw new InvalidArgumentError('data', `must be JSON-serialisable, got ${describeType(data)}`);
+  return JSON.parse(text);
 }
 
 function checkLogger(logger: unknown): Logger {

@@ -1,4 +1,4 @@
-import { LockLostError, LockTimeoutError, LockUnavailableError, type LockLostReason } from '../errors.js';
+import { LockLostError, LockTimeoutError, LockUnavailableError, PgfenceError, type LockLostReason } from '../errors.js';
 import type { LockTarget } from '../keys.js';
 import type { LockMode, Observer } from '../observe/observer.js';
 import { setLongTimeout } from '../options.js';
@@ -17,6 +17,8 @@ export interface AcquireRequest {
   signal: AbortSignal | undefined;
   /** Maximum hold, or undefined. */
   ttlMs: number | undefined;
+  /** Issue a fencing token with the grant (exclusive only). */
+  fencing: boolean;
 }
 
 /** Wake-up polls back a waiter up when a release went unannounced (a holder's session died, a non-pgfence holder). */
@@ -200,7 +202,7 @@ export class AdvisoryLockManager {
     if (head) {
       if (state.heldMode) {
         if (this.canShare(state, head)) {
-          this.grant(state, head, state.session!);
+          this.grant(state, head, state.session!, null);
           this.pump(state);
         }
         return; // else: wait for the local holders to release
@@ -236,8 +238,12 @@ export class AdvisoryLockManager {
     state.busy = true;
     state.wakePending = false;
     this.clearPoll(state);
-    session.run(code, state.key).then(
-      (result) => {
+    const op =
+      head.request.fencing && code !== Op.registerMarker
+        ? session.runFenced(code, state.key)
+        : session.run(code, state.key).then((result) => ({ result, token: null }));
+    op.then(
+      ({ result, token }) => {
         state.busy = false;
         if (code === Op.waitTryExclusive || code === Op.waitTryShared || code === Op.registerMarker) {
           if ((result & 2) === 0) state.markerSession = session;
@@ -246,7 +252,7 @@ export class AdvisoryLockManager {
           state.heldMode = head.request.mode;
           state.session = session;
           // A waiter that gave up while the grant was in flight gets nothing: pump() unlocks at once.
-          if (!head.settled) this.grant(state, head, session);
+          if (!head.settled) this.grant(state, head, session, token);
           this.pump(state);
           return;
         }
@@ -260,7 +266,7 @@ export class AdvisoryLockManager {
           this.pump(state);
           return;
         }
-        const failure = err instanceof LockUnavailableError ? err : new LockUnavailableError(err.message, { cause: err });
+        const failure = err instanceof PgfenceError ? err : new LockUnavailableError(err.message, { cause: err });
         this.settle(state, head, () => head.reject(failure));
         this.pump(state);
       },
@@ -322,15 +328,15 @@ export class AdvisoryLockManager {
     session.run(Op.unregisterMarker, state.key).then(done, done);
   }
 
-  private grant(state: KeyState, waiter: Waiter, session: Session): void {
+  private grant(state: KeyState, waiter: Waiter, session: Session, token: bigint | null): void {
     const { target, mode, ttlMs } = waiter.request;
-    const handle = new AdvisoryLockHandle(this, target.name, target.key, mode, null, session.id);
+    const handle = new AdvisoryLockHandle(this, target.name, target.key, mode, token, session.id);
     state.holders.add(handle);
     this.heldCount++;
     const waitMs = performance.now() - waiter.startedAt;
     this.settle(state, waiter, () => waiter.resolve(handle));
     if (ttlMs !== undefined) handle.cancelTtl = setLongTimeout(() => this.expire(handle), ttlMs, true);
-    this.observer.acquired({ ...handle.info(), token: null, waitMs });
+    this.observer.acquired({ ...handle.info(), token, waitMs });
   }
 
   /** Local shared holders admit a shared request at the head of the queue, unless others wait elsewhere. */

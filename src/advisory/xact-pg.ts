@@ -11,6 +11,7 @@ export function pgExecutor(client: pg.ClientBase): XactExecutor {
   const withStatus = client as pg.ClientBase & { getTransactionStatus?: () => string | null };
   return {
     identity: client,
+    scriptResults: true,
     perTransaction: false,
     status() {
       // pg >= 8.16 reports the server's transaction status from its last ReadyForQuery.

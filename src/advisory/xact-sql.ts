@@ -14,13 +14,16 @@ export const SAVEPOINT = 'pgfence_xact_lock';
  * A single try. $1 key, $2 the start time of a transaction that already holds the key (or NULL).
  * In autocommit a lone statement starts its own transaction, so its two timestamps are equal.
  */
-export function tryXactLockSql(shared: boolean): string {
+export function tryXactLockSql(shared: boolean, fenced: boolean): string {
   const fn = shared ? 'pg_try_advisory_xact_lock_shared' : 'pg_try_advisory_xact_lock';
-  return `SELECT t.in_xact, t.nested, CASE WHEN t.in_xact AND NOT t.nested THEN ${fn}($1::int8) END AS granted, t.xact
+  const tries = `SELECT t.in_xact, t.nested, CASE WHEN t.in_xact AND NOT t.nested THEN ${fn}($1::int8) END AS granted, t.xact
 FROM (SELECT transaction_timestamp() <> statement_timestamp() AS in_xact,
              (extract(epoch FROM transaction_timestamp()) = $2::numeric) IS TRUE AS nested,
              extract(epoch FROM transaction_timestamp())::text AS xact
       OFFSET 0) AS t`;
+  if (!fenced) return `${tries}`;
+  // The token is issued only for a grant, in the caller's transaction: it commits with it.
+  return `SELECT g.*, CASE WHEN g.granted THEN pgfence.next_token($1::int8) END::text AS token FROM (${tries} OFFSET 0) AS g`;
 }
 
 /**
@@ -28,7 +31,14 @@ FROM (SELECT transaction_timestamp() <> statement_timestamp() AS in_xact,
  * cancellable wait roll back to it instead. When `nestedIn` (a transaction start time, as epoch seconds) is the current
  * transaction's, the lock is not taken and `nested` is true.
  */
-export function waitXactLockScript(opts: { key: bigint; shared: boolean; timeoutMs: number; first: boolean; nestedIn: string | null }): string {
+export function waitXactLockScript(opts: {
+  key: bigint;
+  shared: boolean;
+  timeoutMs: number;
+  first: boolean;
+  nestedIn: string | null;
+  fenced: boolean;
+}): string {
   const fn = opts.shared ? 'pg_advisory_xact_lock_shared' : 'pg_advisory_xact_lock';
   const timeout = opts.timeoutMs === Infinity ? '0' : `${Math.min(2147483647, Math.max(1, Math.ceil(opts.timeoutMs)))}ms`;
   const key = bigintLiteral(opts.key);
@@ -39,6 +49,7 @@ SELECT n.nested,
   CASE WHEN n.nested THEN NULL ELSE set_config('lock_timeout', '${timeout}', true) END AS set_timeout,
   CASE WHEN n.nested THEN NULL ELSE ${fn}(${key}) END AS locked,
   set_config('lock_timeout', p.prev, true) AS restored,
+  ${opts.fenced ? `CASE WHEN n.nested THEN NULL ELSE pgfence.next_token(${key})::text END` : 'NULL::text'} AS token,
   extract(epoch FROM transaction_timestamp())::text AS xact
 FROM (SELECT current_setting('lock_timeout') AS prev OFFSET 0) AS p, (SELECT ${nested} AS nested OFFSET 0) AS n;
 RELEASE SAVEPOINT ${SAVEPOINT}`;
@@ -57,3 +68,6 @@ function epochLiteral(epoch: string): string {
   if (!/^[0-9]+(\.[0-9]+)?$/.test(epoch)) throw new TypeError('unexpected transaction start time');
   return `${epoch}::numeric`;
 }
+
+/** The token of a lock just taken in this transaction (for drivers that report no script results). */
+export const nextTokenSql = 'SELECT pgfence.next_token($1::int8)::text AS token';

@@ -5,13 +5,13 @@ import {
   LockUnavailableError,
   NestedLockError,
   NotInTransactionError,
-  PgfenceError,
+  schemaMissingError,
 } from '../errors.js';
 import { nameToBytes, resolveLock, type LockName, type LockTarget } from '../keys.js';
 import { abortSignal, booleanOption, durationMs, oneOf, optionsObject } from '../options.js';
 import { isConnectionError } from '../session/connection-source.js';
 import type { LockMode } from '../observe/observer.js';
-import { tryXactLockSql, undoWaitScript, waitXactLockScript } from './xact-sql.js';
+import { nextTokenSql, tryXactLockSql, undoWaitScript, waitXactLockScript } from './xact-sql.js';
 
 export interface XactLockOptions {
   mode?: LockMode;
@@ -38,8 +38,9 @@ export interface XactExecutor {
   /** The transaction status known without I/O. */
   status(): 'idle' | 'active' | 'failed' | 'unknown';
   query<R>(text: string, values: unknown[]): Promise<R[]>;
-  /** A multi-statement script; each statement's rows when the driver reports them, else null. */
+  /** A multi-statement script; each statement's rows when the driver reports them (scriptResults), else null. */
   script(text: string): Promise<Record<string, unknown>[][] | null>;
+  readonly scriptResults: boolean;
 }
 
 const DEFAULT_TIMEOUT_MS = 10_000;
@@ -52,6 +53,7 @@ const heldKeys = new WeakMap<object, Map<bigint, string>>();
 interface Prepared {
   target: LockTarget;
   shared: boolean;
+  fencing: boolean;
   timeoutMs: number;
   signal: AbortSignal | undefined;
   nestedIn: string | null;
@@ -63,7 +65,9 @@ function prepare(exec: XactExecutor, name: LockName, opts: XactLockOptions | und
   const target = resolveLock(name, o.namespace);
   const mode = oneOf(o.mode, 'mode', ['exclusive', 'shared'] as const, 'exclusive');
   const fencing = booleanOption(o.fencing, 'fencing', false);
-  if (fencing) throw new PgfenceError('PGFENCE_UNSUPPORTED', 'fencing tokens for transaction locks need the pgfence schema (not yet available)');
+  if (fencing && mode === 'shared') {
+    throw new InvalidArgumentError('fencing', "fencing tokens are issued to exclusive holders only; use mode 'exclusive'");
+  }
   let timeoutMs = o.timeoutMs === undefined ? DEFAULT_TIMEOUT_MS : durationMs(o.timeoutMs, 'timeoutMs', { allowInfinity: true });
   if (tryOnly) {
     if (o.timeoutMs !== undefined && o.timeoutMs !== 0) {
@@ -77,7 +81,7 @@ function prepare(exec: XactExecutor, name: LockName, opts: XactLockOptions | und
   if (status === 'failed') throw abortedTransaction();
   const held = heldKeys.get(exec.identity)?.get(target.key);
   if (held !== undefined && exec.perTransaction) throw new NestedLockError(target.name, target.key, target.name, target.key);
-  return { target, shared: mode === 'shared', timeoutMs, signal, nestedIn: held ?? null };
+  return { target, shared: mode === 'shared', fencing, timeoutMs, signal, nestedIn: held ?? null };
 }
 
 /**
@@ -98,9 +102,9 @@ export async function tryXactLockWith(exec: XactExecutor, name: LockName, opts?:
 }
 
 async function tryOnce(exec: XactExecutor, p: Prepared): Promise<XactLockResult | null> {
-  let rows: { in_xact: boolean; nested: boolean; granted: boolean | null; xact: string }[];
+  let rows: { in_xact: boolean; nested: boolean; granted: boolean | null; xact: string; token?: string | null }[];
   try {
-    rows = await exec.query(tryXactLockSql(p.shared), [p.target.key, p.nestedIn]);
+    rows = await exec.query(tryXactLockSql(p.shared, p.fencing), [p.target.key, p.nestedIn]);
   } catch (err) {
     throw translate(err, p);
   }
@@ -108,7 +112,7 @@ async function tryOnce(exec: XactExecutor, p: Prepared): Promise<XactLockResult 
   if (!row.in_xact) throw new NotInTransactionError();
   if (row.nested) throw new NestedLockError(p.target.name, p.target.key, p.target.name, p.target.key);
   if (!row.granted) return null;
-  return granted(exec, p, row.xact);
+  return granted(exec, p, row.xact, row.token ?? null);
 }
 
 async function wait(exec: XactExecutor, p: Prepared): Promise<XactLockResult | null> {
@@ -124,7 +128,14 @@ async function wait(exec: XactExecutor, p: Prepared): Promise<XactLockResult | n
     let results: Record<string, unknown>[][] | null;
     try {
       results = await exec.script(
-        waitXactLockScript({ key: p.target.key, shared: p.shared, timeoutMs: Math.max(1, slice), first, nestedIn: p.nestedIn }),
+        waitXactLockScript({
+          key: p.target.key,
+          shared: p.shared,
+          timeoutMs: Math.max(1, slice),
+          first,
+          nestedIn: p.nestedIn,
+          fenced: p.fencing && exec.scriptResults,
+        }),
       );
     } catch (err) {
       const code = sqlState(err);
@@ -141,15 +152,24 @@ async function wait(exec: XactExecutor, p: Prepared): Promise<XactLockResult | n
     }
     const row = results?.find((rows) => rows[0] && 'locked' in rows[0])?.[0];
     if (row?.nested === true) throw new NestedLockError(p.target.name, p.target.key, p.target.name, p.target.key);
-    return granted(exec, p, typeof row?.xact === 'string' ? row.xact : '');
+    let token = typeof row?.token === 'string' ? row.token : null;
+    if (p.fencing && !row) {
+      // The driver reported no rows for the script: one more statement for the token.
+      try {
+        token = (await exec.query<{ token: string }>(nextTokenSql, [p.target.key]))[0]!.token;
+      } catch (err) {
+        throw translate(err, p);
+      }
+    }
+    return granted(exec, p, typeof row?.xact === 'string' ? row.xact : '', token);
   }
 }
 
-function granted(exec: XactExecutor, p: Prepared, xact: string): XactLockResult {
+function granted(exec: XactExecutor, p: Prepared, xact: string, token: string | null): XactLockResult {
   let keys = heldKeys.get(exec.identity);
   if (!keys) heldKeys.set(exec.identity, (keys = new Map()));
   keys.set(p.target.key, xact);
-  return { key: p.target.key, token: null };
+  return { key: p.target.key, token: token === null ? null : BigInt(token) };
 }
 
 async function undo(exec: XactExecutor): Promise<void> {
@@ -161,6 +181,8 @@ async function undo(exec: XactExecutor): Promise<void> {
 }
 
 function translate(err: unknown, p: Prepared): Error {
+  const missing = schemaMissingError(err);
+  if (missing) return missing;
   const code = sqlState(err);
   if (code === '25P01') return new NotInTransactionError();
   if (code === '25P02') return abortedTransaction();

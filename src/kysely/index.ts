@@ -15,6 +15,7 @@ function kyselyExecutor(trx: AnyTransaction): XactExecutor {
   return {
     // Kysely makes a new Transaction object per transaction.
     identity: trx,
+    scriptResults: false,
     perTransaction: true,
     status: () => (trx.isTransaction ? 'active' : 'idle'),
     async query<R>(text: string, values: unknown[]) {

@@ -58,8 +58,8 @@ function unlockExpr(unlock: string, k: string, hi: string, lo: string): string {
     ELSE (SELECT 3 FROM set_config('synchronous_commit', 'off', true), pg_notify('${NOTIFY_CHANNEL}', ${k}::text)) END`;
 }
 
-const hiOf = (k: string) => `(${k} >> 32)::int4`;
-const loOf = (k: string) => `((${k} & 4294967295) - ((${k} & 2147483648) << 1))::int4`;
+export const hiOf = (k: string) => `(${k} >> 32)::int4`;
+export const loOf = (k: string) => `((${k} & 4294967295) - ((${k} & 2147483648) << 1))::int4`;
 
 /** One prepared statement per op code, for a lone operation: $1 is the key. */
 export const singleOpSql: Record<OpCode, { name: string; text: string }> = Object.fromEntries(
@@ -69,15 +69,43 @@ export const singleOpSql: Record<OpCode, { name: string; text: string }> = Objec
   }),
 ) as Record<OpCode, { name: string; text: string }>;
 
-/** Many operations in one statement, evaluated in array order: $1 op codes, $2 keys. */
-export const batchSql = {
-  name: 'pgfence_batch',
-  text: `SELECT t.i::int AS i, CASE t.op
+/** The operations of a batch, one row each, in array order: $1 op codes, $2 keys. */
+const batchRows = `SELECT t.i::int AS i, t.k, CASE t.op
 ${(Object.values(Op) as OpCode[]).map((code) => `    WHEN ${code} THEN ${exprs[code]('t.k', 'm.hi', 'm.lo')}`).join('\n')}
   END AS r
 FROM unnest($1::int2[], $2::int8[]) WITH ORDINALITY AS t(op, k, i)
-CROSS JOIN LATERAL (SELECT ${hiOf('t.k')} AS hi, ${loOf('t.k')} AS lo) AS m
-ORDER BY t.i`,
+CROSS JOIN LATERAL (SELECT ${hiOf('t.k')} AS hi, ${loOf('t.k')} AS lo) AS m`;
+
+/** Many operations in one statement, evaluated in array order. */
+export const batchSql = {
+  name: 'pgfence_batch',
+  text: `SELECT s.i, s.r FROM (${batchRows}) AS s ORDER BY s.i`,
+};
+
+/**
+ * Fenced tries: the grant and its fencing token in one statement, so one durable commit (forced on
+ * by pgfence.next_token) covers both. Only try operations are ever fenced.
+ */
+export const fencedSingleOpSql: Partial<Record<OpCode, { name: string; text: string }>> = Object.fromEntries(
+  ([Op.tryExclusive, Op.politeTryExclusive, Op.waitTryExclusive] as OpCode[]).map((code) => {
+    const k = '$1::int8';
+    return [
+      code,
+      {
+        name: `pgfence_fenced_op_${code}`,
+        text: `SELECT s.r, CASE WHEN s.r & 1 = 1 THEN pgfence.next_token(${k}) END AS token
+FROM (SELECT ${exprs[code](k, hiOf(k), loOf(k))} AS r OFFSET 0) AS s`,
+      },
+    ];
+  }),
+);
+
+export const fencedBatchSql = {
+  name: 'pgfence_fenced_batch',
+  // OFFSET 0 keeps the tries in a subquery evaluated first: a token is issued only for a grant.
+  text: `SELECT s.i, s.r, CASE WHEN s.r & 1 = 1 THEN pgfence.next_token(s.k) END AS token
+FROM (${batchRows} OFFSET 0) AS s
+ORDER BY s.i`,
 };
 
 /** The advisory locks (keys and markers) a session holds, to reconcile after a failed batch. */

@@ -1,7 +1,16 @@
 import type pg from 'pg';
-import { LockUnavailableError } from '../errors.js';
+import { LockUnavailableError, PgfenceError, schemaMissingError } from '../errors.js';
 import type { Logger } from '../observe/logger.js';
-import { batchSql, heldBySessionSql, Op, type OpCode, probeSql, singleOpSql } from './advisory-sql.js';
+import {
+  batchSql,
+  fencedBatchSql,
+  fencedSingleOpSql,
+  heldBySessionSql,
+  Op,
+  type OpCode,
+  probeSql,
+  singleOpSql,
+} from './advisory-sql.js';
 import { type ConnectionSource, isConnectionError, type PinnedConnection } from './connection-source.js';
 
 /** Thrown to the callers of operations that were queued on, or in flight over, a session that died. */
@@ -13,7 +22,9 @@ export class SessionLostError extends LockUnavailableError {
 interface PendingOp {
   code: OpCode | typeof PROBE;
   key: bigint;
-  resolve(result: number): void;
+  /** Issue a fencing token with the grant, in the same statement. */
+  fenced: boolean;
+  resolve(result: number, token: bigint | null): void;
   reject(err: Error): void;
 }
 const PROBE = 0;
@@ -61,7 +72,16 @@ export class Session {
   run(code: OpCode, key: bigint): Promise<number> {
     return new Promise((resolve, reject) => {
       if (this.state === 'dead') return reject(this.lostError());
-      this.pending.push({ code, key, resolve, reject });
+      this.pending.push({ code, key, fenced: false, resolve, reject });
+      this.scheduleFlush();
+    });
+  }
+
+  /** Queues a try that issues a fencing token when it grants; resolves with the result code and token. */
+  runFenced(code: OpCode, key: bigint): Promise<{ result: number; token: bigint | null }> {
+    return new Promise((resolve, reject) => {
+      if (this.state === 'dead') return reject(this.lostError());
+      this.pending.push({ code, key, fenced: true, resolve: (result, token) => resolve({ result, token }), reject });
       this.scheduleFlush();
     });
   }
@@ -107,31 +127,17 @@ export class Session {
 
   private async flush(): Promise<void> {
     if (this.state !== 'ready' || this.inFlight || this.pending.length === 0 || !this.conn) return;
-    const batch = this.pending.length <= MAX_BATCH ? this.pending : this.pending.slice(0, MAX_BATCH);
-    this.pending = batch === this.pending ? [] : this.pending.slice(MAX_BATCH);
+    const batch = this.takeBatch();
     this.inFlight = batch;
     this.disarmKeepalive();
     this.deadlineTimer = setTimeout(
       () => this.die(new LockUnavailableError(`PostgreSQL did not answer within ${this.opts.deadlineMs} ms`)),
       this.opts.deadlineMs,
     );
-    const client = this.conn.client;
     const ops = batch.filter((op) => op.code !== PROBE) as (PendingOp & { code: OpCode })[];
     try {
-      if (ops.length === 0) {
-        await client.query(probeSql);
-      } else if (ops.length === 1) {
-        const op = ops[0]!;
-        const res = await client.query<{ r: number }>({ ...singleOpSql[op.code], values: [op.key] });
-        op.resolve(res.rows[0]!.r);
-      } else {
-        const res = await client.query<{ i: number; r: number }>({
-          ...batchSql,
-          values: [ops.map((op) => op.code), ops.map((op) => op.key)],
-        });
-        for (const row of res.rows) ops[row.i - 1]!.resolve(row.r);
-      }
-      for (const op of batch) if (op.code === PROBE) op.resolve(1);
+      await this.execute(ops);
+      for (const op of batch) if (op.code === PROBE) op.resolve(1, null);
     } catch (err) {
       if ((this.state as Session['state']) === 'dead') return; // die() already failed the batch
       if (isConnectionError(err)) {
@@ -139,7 +145,7 @@ export class Session {
         return;
       }
       await this.reconcile(ops, err as Error);
-      for (const op of batch) if (op.code === PROBE) op.resolve(1);
+      for (const op of batch) if (op.code === PROBE) op.resolve(1, null);
     } finally {
       if (this.deadlineTimer) clearTimeout(this.deadlineTimer);
       this.deadlineTimer = null;
@@ -151,13 +157,58 @@ export class Session {
   }
 
   /**
+   * The next statement's operations: fenced and plain operations go in separate statements (a plain
+   * batch may make its commit asynchronous for a NOTIFY; a token's commit must be durable).
+   */
+  private takeBatch(): PendingOp[] {
+    const fenced = this.pending[0]!.fenced;
+    const batch: PendingOp[] = [];
+    const rest: PendingOp[] = [];
+    for (const op of this.pending) {
+      if (op.fenced === fenced && batch.length < MAX_BATCH) batch.push(op);
+      else rest.push(op);
+    }
+    this.pending = rest;
+    return batch;
+  }
+
+  private async execute(ops: (PendingOp & { code: OpCode })[]): Promise<void> {
+    const client = this.conn!.client;
+    if (ops.length === 0) {
+      await client.query(probeSql);
+    } else if (ops[0]!.fenced) {
+      const single = ops.length === 1 ? fencedSingleOpSql[ops[0]!.code] : undefined;
+      const res = single
+        ? await client.query<{ r: number; token: string | null }>({ ...single, values: [ops[0]!.key] })
+        : await client.query<{ i: number; r: number; token: string | null }>({
+            ...fencedBatchSql,
+            values: [ops.map((op) => op.code), ops.map((op) => op.key)],
+          });
+      res.rows.forEach((row, n) => {
+        const op = ops['i' in row ? (row as { i: number }).i - 1 : n]!;
+        op.resolve(row.r, row.token === null ? null : BigInt(row.token));
+      });
+    } else if (ops.length === 1) {
+      const op = ops[0]!;
+      const res = await client.query<{ r: number }>({ ...singleOpSql[op.code], values: [op.key] });
+      op.resolve(res.rows[0]!.r, null);
+    } else {
+      const res = await client.query<{ i: number; r: number }>({
+        ...batchSql,
+        values: [ops.map((op) => op.code), ops.map((op) => op.key)],
+      });
+      for (const row of res.rows) ops[row.i - 1]!.resolve(row.r, null);
+    }
+  }
+
+  /**
    * A statement failed on a live connection (for instance: the server's lock table is full). Session
    * locks taken earlier in that statement survive its failure, so look at what the session really holds
    * and put every operation of the batch back to "not done": tries that took a lock are undone, unlocks
    * that did not happen are redone one by one. The operations then fail with the statement's error.
    */
   private async reconcile(ops: (PendingOp & { code: OpCode })[], cause: Error): Promise<void> {
-    const failure = new LockUnavailableError(`a lock statement failed: ${cause.message}`, { cause });
+    const failure = statementFailure(cause);
     try {
       const client = this.conn!.client;
       const { rows } = await client.query<{ space: number; key: string; mode: string }>(heldBySessionSql);
@@ -179,7 +230,7 @@ export class Session {
     this.keepaliveTimer = setTimeout(() => {
       this.keepaliveTimer = null;
       if (this.state !== 'ready' || this.inFlight || this.pending.length > 0) return;
-      this.pending.push({ code: PROBE, key: 0n, resolve: () => {}, reject: () => {} });
+      this.pending.push({ code: PROBE, key: 0n, fenced: false, resolve: () => {}, reject: () => {} });
       void this.flush();
     }, this.opts.keepaliveMs);
     this.keepaliveTimer.unref();
@@ -251,4 +302,12 @@ function undoFor(code: OpCode, key: bigint, held: Set<string>): OpCode[] {
       break;
   }
   return undo;
+}
+
+/** What the callers of a failed lock statement are told. */
+function statementFailure(cause: Error): Error {
+  const missing = schemaMissingError(cause);
+  if (missing) return missing;
+  if ((cause as { code?: string }).code === 'PGF02') return new PgfenceError('PGFENCE_TOKENS_EXHAUSTED', cause.message, { cause });
+  return new LockUnavailableError(`a lock statement failed: ${cause.message}`, { cause });
 }
