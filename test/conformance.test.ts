@@ -1,34 +1,37 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LockTimeoutError, NestedLockError } from '../src/index.js';
-import { sleep, useTestDatabase } from './support/db.js';
-import { advisoryKinds, type Participant } from './support/kinds.js';
+import { sleep, useMigratedDatabase } from './support/db.js';
+import { lockKinds, type LockKindUnderTest, type Participant } from './support/kinds.js';
 
 /**
  * The same behaviours over every lock kind (after madelson/DistributedLock's conformance suite).
  * Participants stand for processes: each has its own connections.
  */
-describe.each(advisoryKinds)('conformance: $name', (kind) => {
-  let a: Participant;
-  let b: Participant;
-  let c: Participant;
-
+/** Three participants of `kind`, each with its own connections, for the tests of one describe block. */
+function participants(kind: LockKindUnderTest, label: string): { a: Participant; b: Participant; c: Participant } {
+  const p = {} as { a: Participant; b: Participant; c: Participant };
   beforeAll(async () => {
-    const db = await useTestDatabase(`conf_${kind.name}`);
-    [a, b, c] = await Promise.all([kind.open(db.url), kind.open(db.url), kind.open(db.url)]);
+    const db = await useMigratedDatabase(`conf_${label}_${kind.name}`);
+    [p.a, p.b, p.c] = await Promise.all([kind.open(db.url), kind.open(db.url), kind.open(db.url)]);
   });
   afterAll(async () => {
-    await Promise.all([a?.close(), b?.close(), c?.close()]);
+    await Promise.all([p.a?.close(), p.b?.close(), p.c?.close()]);
   });
+  return p;
+}
+
+describe.each(lockKinds)('conformance: $name', (kind) => {
+  const p = participants(kind, 'all');
 
   it('keeps an unsynchronised counter exact under 60 concurrent workers', async () => {
     let counter = 0;
     let inside = 0;
     let maxInside = 0;
-    const participants = [a, b, c];
+    const all = [p.a, p.b, p.c];
     await Promise.all(
       Array.from({ length: 60 }, async (_, w) => {
         for (let i = 0; i < 4; i++) {
-          await participants[w % 3]!.withLock(
+          await all[w % 3]!.withLock(
             'conformance:counter',
             async () => {
               inside++;
@@ -52,15 +55,15 @@ describe.each(advisoryKinds)('conformance: $name', (kind) => {
     const held = new Promise<void>((r) => (release = r));
     let entered!: () => void;
     const inside = new Promise<void>((r) => (entered = r));
-    const holder = a.withLock('conformance:try', async () => {
+    const holder = p.a.withLock('conformance:try', async () => {
       entered();
       await held;
     });
     await inside;
-    expect((await b.tryWithLock('conformance:try', async () => 1)).acquired).toBe(false);
+    expect((await p.b.tryWithLock('conformance:try', async () => 1)).acquired).toBe(false);
     release();
     await holder;
-    expect(await b.tryWithLock('conformance:try', async () => 7)).toEqual({ acquired: true, value: 7 });
+    expect(await p.b.tryWithLock('conformance:try', async () => 7)).toEqual({ acquired: true, value: 7 });
   });
 
   it('times out with LockTimeoutError, and the lock is still usable afterwards', async () => {
@@ -68,18 +71,18 @@ describe.each(advisoryKinds)('conformance: $name', (kind) => {
     const held = new Promise<void>((r) => (release = r));
     let entered!: () => void;
     const inside = new Promise<void>((r) => (entered = r));
-    const holder = a.withLock('conformance:timeout', async () => {
+    const holder = p.a.withLock('conformance:timeout', async () => {
       entered();
       await held;
     });
     await inside;
     const started = performance.now();
-    const err = await b.withLock('conformance:timeout', async () => 'ran', { timeoutMs: 300 }).catch((e: unknown) => e);
+    const err = await p.b.withLock('conformance:timeout', async () => 'ran', { timeoutMs: 300 }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(LockTimeoutError);
     expect(performance.now() - started).toBeGreaterThanOrEqual(250); // it did wait
     release();
     await holder;
-    expect(await b.withLock('conformance:timeout', async () => 'ran', { timeoutMs: 10_000 })).toBe('ran');
+    expect(await p.b.withLock('conformance:timeout', async () => 'ran', { timeoutMs: 10_000 })).toBe('ran');
   });
 
   it('a signal cancels the wait with its reason, and leaves nothing behind', async () => {
@@ -87,23 +90,33 @@ describe.each(advisoryKinds)('conformance: $name', (kind) => {
     const held = new Promise<void>((r) => (release = r));
     let entered!: () => void;
     const inside = new Promise<void>((r) => (entered = r));
-    const holder = a.withLock('conformance:cancel', async () => {
+    const holder = p.a.withLock('conformance:cancel', async () => {
       entered();
       await held;
     });
     await inside;
     const controller = new AbortController();
     const reason = new Error('caller gave up');
-    const waiting = b.withLock('conformance:cancel', async () => 'ran', { timeoutMs: 60_000, signal: controller.signal });
+    const waiting = p.b.withLock('conformance:cancel', async () => 'ran', { timeoutMs: 60_000, signal: controller.signal });
     await sleep(100);
     controller.abort(reason);
     await expect(waiting).rejects.toBe(reason);
     release();
     await holder;
     // Neither the cancelled waiter nor the holder left the lock held.
-    expect(await c.tryWithLock('conformance:cancel', async () => 'free')).toEqual({ acquired: true, value: 'free' });
-    expect(await b.tryWithLock('conformance:cancel', async () => 'free')).toEqual({ acquired: true, value: 'free' });
+    expect(await p.c.tryWithLock('conformance:cancel', async () => 'free')).toEqual({ acquired: true, value: 'free' });
+    expect(await p.b.tryWithLock('conformance:cancel', async () => 'free')).toEqual({ acquired: true, value: 'free' });
   });
+
+  it('refuses re-entry by the holder', async () => {
+    expect(await p.a.reenter('conformance:reenter')).toBeInstanceOf(NestedLockError);
+    // And the refused attempt left the lock free.
+    expect((await p.b.tryWithLock('conformance:reenter', async () => 1)).acquired).toBe(true);
+  });
+});
+
+describe.each(lockKinds.filter((k) => k.shared))('conformance, shared mode: $name', (kind) => {
+  const p = participants(kind, 'rw');
 
   it('shared holders coexist; an exclusive request waits for all of them', async () => {
     let release!: () => void;
@@ -120,11 +133,11 @@ describe.each(advisoryKinds)('conformance: $name', (kind) => {
         },
         { mode: 'shared' },
       );
-    const readers = [reader(a), reader(b)];
+    const readers = [reader(p.a), reader(p.b)];
     await both; // two shared holders at once
-    expect((await c.tryWithLock('conformance:rw', async () => 1)).acquired).toBe(false);
+    expect((await p.c.tryWithLock('conformance:rw', async () => 1)).acquired).toBe(false);
     const order: string[] = [];
-    const writer = c.withLock('conformance:rw', async () => order.push('writer'), { timeoutMs: 30_000 });
+    const writer = p.c.withLock('conformance:rw', async () => order.push('writer'), { timeoutMs: 30_000 });
     await sleep(150);
     order.push('readers done');
     release();
@@ -138,20 +151,14 @@ describe.each(advisoryKinds)('conformance: $name', (kind) => {
     const held = new Promise<void>((r) => (release = r));
     let entered!: () => void;
     const inside = new Promise<void>((r) => (entered = r));
-    const holder = a.withLock('conformance:ex', async () => {
+    const holder = p.a.withLock('conformance:ex', async () => {
       entered();
       await held;
     });
     await inside;
-    expect((await b.tryWithLock('conformance:ex', async () => 1, { mode: 'shared' })).acquired).toBe(false);
+    expect((await p.b.tryWithLock('conformance:ex', async () => 1, { mode: 'shared' })).acquired).toBe(false);
     release();
     await holder;
-    expect((await b.tryWithLock('conformance:ex', async () => 1, { mode: 'shared' })).acquired).toBe(true);
-  });
-
-  it('refuses re-entry by the holder', async () => {
-    expect(await a.reenter('conformance:reenter')).toBeInstanceOf(NestedLockError);
-    // And the refused attempt left the lock free.
-    expect((await b.tryWithLock('conformance:reenter', async () => 1)).acquired).toBe(true);
+    expect((await p.b.tryWithLock('conformance:ex', async () => 1, { mode: 'shared' })).acquired).toBe(true);
   });
 });

@@ -80,3 +80,11 @@ export async function freePortUrl(url: string): Promise<string> {
   u.port = String(await freePort());
   return u.toString();
 }
+
+/** A database of the file's own with pgfence's schema applied. */
+export async function useMigratedDatabase(label: string): Promise<Awaited<ReturnType<typeof useTestDatabase>>> {
+  const db = await useTestDatabase(label);
+  const { migrate } = await import('../../src/migrate/index.js');
+  await migrate({ connectionString: db.url });
+  return db;
+}

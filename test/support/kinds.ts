@@ -23,6 +23,8 @@ export interface Participant {
 
 export interface LockKindUnderTest {
   name: string;
+  /** Has a shared mode (leases are exclusive only). */
+  shared: boolean;
   open(url: string): Promise<Participant>;
 }
 
@@ -45,12 +47,14 @@ function lockerParticipant(locker: Locker, extra: () => Promise<void> = async ()
 /** Session locks on one pinned session per participant. */
 const session: LockKindUnderTest = {
   name: 'session',
+  shared: true,
   open: async (url) => lockerParticipant(createLocker({ connectionString: url, maxSessions: 1 })),
 };
 
 /** Session locks multiplexed over two sessions that also carry 200 unrelated held locks. */
 const multiplexed: LockKindUnderTest = {
   name: 'multiplexed',
+  shared: true,
   open: async (url) => {
     const locker = createLocker({ connectionString: url, maxSessions: 2 });
     const noise = await Promise.all(Array.from({ length: 200 }, (_, i) => locker.acquire(`noise:${Math.random()}:${i}`)));
@@ -63,6 +67,7 @@ const multiplexed: LockKindUnderTest = {
 /** pg_advisory_xact_lock on node-postgres clients, one transaction per critical section. */
 const xactPg: LockKindUnderTest = {
   name: 'xact-pg',
+  shared: true,
   open: async (url) => {
     const pool = new pg.Pool({ connectionString: url, max: 12 });
     const inTransaction = async <T>(fn: (c: pg.PoolClient) => Promise<T>): Promise<T> => {
@@ -103,6 +108,7 @@ const xactPg: LockKindUnderTest = {
 /** pg_advisory_xact_lock inside Kysely transactions. */
 const xactKysely: LockKindUnderTest = {
   name: 'xact-kysely',
+  shared: true,
   open: async (url) => {
     const db = new Kysely<Record<string, never>>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 12 }) }) });
     return {
@@ -126,4 +132,28 @@ const xactKysely: LockKindUnderTest = {
   },
 };
 
-export const advisoryKinds: LockKindUnderTest[] = [session, multiplexed, xactPg, xactKysely];
+/** Table-backed leases (needs pgfence's schema). */
+const lease: LockKindUnderTest = {
+  name: 'lease',
+  shared: false,
+  open: async (url) => {
+    const locker = createLocker({ connectionString: url });
+    return {
+      withLock: (name, fn, opts) => locker.withLease(name, () => fn(), { timeoutMs: opts?.timeoutMs, signal: opts?.signal }),
+      tryWithLock: async (name, fn) => {
+        const h = await locker.tryLease(name);
+        if (!h) return { acquired: false };
+        try {
+          return { acquired: true, value: await fn() };
+        } finally {
+          await h.release();
+        }
+      },
+      reenter: (name) =>
+        locker.withLease(name, () => locker.lease(name, { timeoutMs: 1000 }).then(() => new Error('re-entry was allowed'), (err: unknown) => err)),
+      close: () => locker.close(),
+    };
+  },
+};
+
+export const lockKinds: LockKindUnderTest[] = [session, multiplexed, xactPg, xactKysely, lease];

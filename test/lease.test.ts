@@ -1,0 +1,135 @@
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLocker, InvalidArgumentError, LockLostError, lockKey, type Locker } from '../src/index.js';
+import { sleep, useMigratedDatabase } from './support/db.js';
+
+let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
+let pool: pg.Pool;
+const lockers: Locker[] = [];
+const open = () => {
+  const l = createLocker({ connectionString: db.url });
+  lockers.push(l);
+  return l;
+};
+const row = async (name: string) =>
+  (await pool.query(`SELECT owner, token::text, data, released_at, expires_at > clock_timestamp() AS live FROM pgfence.leases WHERE key = $1`, [lockKey(name)])).rows[0];
+
+beforeAll(async () => {
+  db = await useMigratedDatabase('lease');
+  pool = new pg.Pool({ connectionString: db.url, max: 2 });
+});
+afterAll(async () => {
+  await Promise.all(lockers.map((l) => l.close()));
+  await pool.end();
+});
+
+describe('leases', () => {
+  it('keep owner and JSON data, expire on the database clock, and keep the row after release', async () => {
+    const l = await open().lease('lease:data', { owner: 'worker-7', data: { job: 42, tags: ['a'] }, ttlMs: 5000 });
+    expect(l.owner).toBe('worker-7');
+    expect(l.data).toEqual({ job: 42, tags: ['a'] });
+    expect(typeof l.token).toBe('bigint');
+    const { rows } = await pool.query(`SELECT $1::timestamptz > clock_timestamp() AS future`, [l.expiresAt]);
+    expect(rows[0].future).toBe(true);
+    expect(await row('lease:data')).toMatchObject({ owner: 'worker-7', token: String(l.token), data: { job: 42, tags: ['a'] }, live: true });
+    expect(await l.release()).toBe(true);
+    expect(await l.release()).toBe(false);
+    const after = await row('lease:data');
+    expect(after.released_at).not.toBeNull();
+    expect(after.token).toBe(String(l.token)); // kept: tokens never restart
+  });
+
+  it('are renewed automatically past their TTL, and keep others out meanwhile', async () => {
+    const holder = open();
+    const other = open();
+    const l = await holder.lease('lease:renew', { ttlMs: 300 });
+    const firstExpiry = l.expiresAt.getTime();
+    await sleep(900);
+    expect(l.signal.aborted).toBe(false);
+    expect(l.expiresAt.getTime()).toBeGreaterThan(firstExpiry);
+    expect(await other.tryLease('lease:renew')).toBeNull();
+    expect(await l.renew()).toBe(true);
+    await l.release();
+  });
+
+  it('a holder that lost its lease can neither renew nor release it', async () => {
+    const old = await open().lease('lease:stolen', { ttlMs: 200, renew: false, owner: 'old' });
+    await sleep(350);
+    const fresh = await open().lease('lease:stolen', { ttlMs: 10_000, owner: 'new', timeoutMs: 5000 });
+    expect(await old.renew()).toBe(false);
+    expect(old.signal.aborted).toBe(true);
+    expect(old.signal.reason).toBeInstanceOf(LockLostError);
+    expect(await old.release()).toBe(false);
+    expect(await row('lease:stolen')).toMatchObject({ owner: 'new', token: String(fresh.token), released_at: null, live: true });
+    await fresh.release();
+  });
+
+  it('the holder learns of expiry before anyone else can take the lease', async () => {
+    const holder = await open().lease('lease:deadline', { ttlMs: 1500, renew: false });
+    const contender = open();
+    for (;;) {
+      const l = await contender.tryLease('lease:deadline');
+      if (l) {
+        expect(holder.signal.aborted).toBe(true);
+        expect((holder.signal.reason as LockLostError).reason).toBe('lease-expired');
+        await l.release();
+        break;
+      }
+      await sleep(10);
+    }
+  });
+
+  it('a waiter is woken by the release, long before the lease would expire', async () => {
+    const holder = await open().lease('lease:wake', { ttlMs: 60_000 });
+    const waiter = open().lease('lease:wake', { timeoutMs: 30_000 });
+    await sleep(200);
+    await holder.release();
+    const l = await waiter;
+    expect(l.token).toBeGreaterThan(holder.token);
+    expect(l.expiresAt.getTime()).toBeLessThan(holder.expiresAt.getTime()); // taken well before the old expiry
+    await l.release();
+  });
+
+  it('withLease releases after the callback', async () => {
+    const locker = open();
+    expect(await locker.withLease('lease:with', async (h) => h.token > 0n)).toBe(true);
+    const again = await locker.tryLease('lease:with');
+    expect(again).not.toBeNull();
+    await again!.release();
+  });
+});
+
+describe('lease arguments', () => {
+  let locker: Locker;
+  beforeAll(() => {
+    locker = open();
+  });
+
+  it.each<[string, object]>([
+    ['ttlMs 0', { ttlMs: 0 }],
+    ['ttlMs negative', { ttlMs: -100 }],
+    ['ttlMs NaN', { ttlMs: NaN }],
+    ['ttlMs Infinity', { ttlMs: Infinity }],
+    ['ttlMs below 100', { ttlMs: 99 }],
+    ['ttlMs huge', { ttlMs: 1e15 }],
+    ['ttlMs fractional', { ttlMs: 150.5 }],
+    ['renew not boolean', { renew: 'yes' }],
+    ['empty owner', { owner: '' }],
+    ['owner too long', { owner: 'o'.repeat(201) }],
+    ['owner not a string', { owner: 7 }],
+    ['data with a bigint', { data: { n: 1n } }],
+    ['data that is a function', { data: () => 1 }],
+    ['timeoutMs negative', { timeoutMs: -1 }],
+    ['signal not a signal', { signal: {} }],
+  ])('refuse %s before any I/O', async (_label, opts) => {
+    await expect(locker.lease('lease:bad', opts as never)).rejects.toBeInstanceOf(InvalidArgumentError);
+  });
+
+  it('tryLease refuses a timeout', async () => {
+    await expect(locker.tryLease('lease:bad', { timeoutMs: 10 } as never)).rejects.toBeInstanceOf(InvalidArgumentError);
+  });
+
+  it('wrote nothing for any of them', async () => {
+    expect(await row('lease:bad')).toBeUndefined();
+  });
+});
