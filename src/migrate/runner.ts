@@ -1,0 +1,130 @@
+import type pg from 'pg';
+import { LockUnavailableError, PgfenceError } from '../errors.js';
+import { readMigrationSet, type MigrationFolders, type MigrationSet } from './files.js';
+import {
+  applyDefinition,
+  applyMigration,
+  appliedDefinitions,
+  appliedMigrations,
+  assertNoEditedMigrations,
+  changedDefinitions,
+  ensureHistoryTables,
+  pendingMigrations,
+  type SqlExecutor,
+} from './history.js';
+import { isMigrationLockTimeout, lockMigrationsForSession, MIGRATION_LOCK_TIMEOUT_MS, unlockMigrations } from './lock.js';
+
+export interface MigrateResult {
+  /** What this run applied, in order: 'migrations/0001_schema.sql', 'sql/fencing.sql', ... */
+  applied: string[];
+}
+
+/**
+ * Applies what is pending in `folders` on one connection of `pool`, holding the migration lock for
+ * the whole run: a concurrent run waits, then finds nothing to do. Each file runs in its own
+ * transaction together with its history row.
+ */
+export async function runMigrations(opts: {
+  pool: pg.Pool;
+  migrationsDir: string;
+  sqlDir: string;
+  lockTimeoutMs?: number;
+}): Promise<MigrateResult> {
+  const folders: MigrationFolders = { migrationsDir: opts.migrationsDir, sqlDir: opts.sqlDir };
+  // Files first: a bad file name fails before any database work.
+  const files = await readMigrationSet(folders).catch((err: unknown) => {
+    throw asPgfenceError(err);
+  });
+  const lockTimeoutMs = opts.lockTimeoutMs ?? MIGRATION_LOCK_TIMEOUT_MS;
+
+  let client: pg.PoolClient;
+  try {
+    client = await opts.pool.connect();
+  } catch (err) {
+    throw new LockUnavailableError(`pgfence migrate could not connect to PostgreSQL: ${(err as Error)?.message ?? String(err)}`, { cause: err });
+  }
+  // A checked-out client has no 'error' listener of the pool's: without ours, a dropped connection would crash the process.
+  let connectionFailed = false;
+  const onError = () => {
+    connectionFailed = true;
+  };
+  client.on('error', onError);
+  const db = clientExecutor(client);
+  let reusable = false;
+  try {
+    try {
+      await lockMigrationsForSession(db, lockTimeoutMs);
+    } catch (err) {
+      // A wait that timed out leaves a healthy connection holding nothing.
+      reusable = isMigrationLockTimeout(err) && !connectionFailed;
+      throw err;
+    }
+    try {
+      return await applyPending(db, files);
+    } finally {
+      // A connection whose unlock failed is ended instead: the server then drops the lock with it.
+      reusable = (await unlockQuietly(db)) && !connectionFailed;
+    }
+  } catch (err) {
+    throw asPgfenceError(err);
+  } finally {
+    if (reusable) client.removeListener('error', onError);
+    client.release(!reusable);
+  }
+}
+
+async function applyPending(db: SqlExecutor, files: MigrationSet): Promise<MigrateResult> {
+  const applied: string[] = [];
+  await ensureHistoryTables(db);
+  const migrated = await appliedMigrations(db);
+  assertNoEditedMigrations(files.migrations, migrated);
+  for (const file of pendingMigrations(files.migrations, migrated)) {
+    await inTransaction(db, () => applyMigration(db, file));
+    applied.push(file.label);
+  }
+  // Definitions come last: they may use anything the migrations created.
+  const defined = await appliedDefinitions(db);
+  for (const file of changedDefinitions(files.definitions, defined)) {
+    await inTransaction(db, () => applyDefinition(db, file));
+    applied.push(file.label);
+  }
+  return { applied };
+}
+
+/** True when the lock was released and the connection is fit to go back to the pool. */
+async function unlockQuietly(db: SqlExecutor): Promise<boolean> {
+  try {
+    return await unlockMigrations(db);
+  } catch {
+    return false;
+  }
+}
+
+async function inTransaction(db: SqlExecutor, work: () => Promise<void>): Promise<void> {
+  await db.script('BEGIN');
+  try {
+    await work();
+    await db.script('COMMIT');
+  } catch (err) {
+    // If even ROLLBACK fails, the connection is broken; the unlock then fails too and it is ended.
+    await db.script('ROLLBACK').catch(() => {});
+    throw err;
+  }
+}
+
+function clientExecutor(client: pg.PoolClient): SqlExecutor {
+  return {
+    async query<R>(text: string, values: unknown[]) {
+      return (await client.query(text, values)).rows as R[];
+    },
+    async script(text: string) {
+      // No parameters: node-postgres sends it as a simple query, which may hold many statements.
+      await client.query(text);
+    },
+  };
+}
+
+function asPgfenceError(err: unknown): PgfenceError {
+  if (err instanceof PgfenceError) return err;
+  return new PgfenceError('PGFENCE_MIGRATION_FAILED', `pgfence migrate failed: ${(err as Error)?.message ?? String(err)}`, { cause: err });
+}
