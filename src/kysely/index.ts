@@ -42,3 +42,7 @@ export async function tryXactLock(
 ): Promise<XactLockResult | null> {
   return tryXactLockWith(kyselyExecutor(trx), name, opts);
 }
+
+export { addFencingColumn, fenced, fencedUpdate } from './fencing.js';
+export type { FencedUpdateResult, FencedUpdateSpec } from '../fencing/fenced-update.js';
+export type { FencingColumnOptions } from '../fencing/fencing-column.js';

@@ -1,0 +1,208 @@
+import { Kysely, PostgresDialect, sql } from 'kysely';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DeadlockError, LockTimeoutError, NotInTransactionError, tryXactLock, xactLock } from '../src/index.js';
+import * as k from '../src/kysely/index.js';
+import { useMigratedDatabase } from './support/db.js';
+
+let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
+let pool: pg.Pool;
+let kdb: Kysely<{ items: { id: number; v: string } }>;
+
+beforeAll(async () => {
+  db = await useMigratedDatabase('xact');
+  pool = new pg.Pool({ connectionString: db.url, max: 8 });
+  kdb = new Kysely({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: db.url, max: 4 }) }) });
+  await pool.query(`CREATE TABLE items (id int PRIMARY KEY, v text)`);
+});
+afterAll(async () => {
+  await pool.end();
+  await kdb.destroy();
+});
+
+async function holdInTransaction(name: string): Promise<{ release(): Promise<void> }> {
+  const c = await pool.connect();
+  await c.query('BEGIN');
+  await xactLock(c, name);
+  return {
+    release: async () => {
+      await c.query('COMMIT');
+      c.release();
+    },
+  };
+}
+
+describe('xactLock on node-postgres', () => {
+  it('is released by COMMIT and by ROLLBACK', async () => {
+    const c = await pool.connect();
+    try {
+      await c.query('BEGIN');
+      await xactLock(c, 'x:end');
+      const other = await pool.connect();
+      await other.query('BEGIN');
+      expect(await tryXactLock(other, 'x:end')).toBeNull();
+      await c.query('ROLLBACK');
+      expect(await tryXactLock(other, 'x:end')).toMatchObject({ key: expect.any(BigInt) });
+      await other.query('COMMIT');
+      other.release();
+    } finally {
+      c.release();
+    }
+  });
+
+  it('a timeout leaves the transaction usable and the caller’s lock_timeout as it was', async () => {
+    const holder = await holdInTransaction('x:timeout');
+    const c = await pool.connect();
+    try {
+      await c.query('BEGIN');
+      await c.query(`SET LOCAL lock_timeout = '7s'`);
+      await c.query(`INSERT INTO items VALUES (1, 'before')`);
+      await expect(xactLock(c, 'x:timeout', { timeoutMs: 150 })).rejects.toBeInstanceOf(LockTimeoutError);
+      expect((await c.query('SHOW lock_timeout')).rows[0].lock_timeout).toBe('7s');
+      await c.query(`INSERT INTO items VALUES (2, 'after')`); // still usable
+      await xactLock(c, 'x:other', { timeoutMs: 1000 });
+      expect((await c.query('SHOW lock_timeout')).rows[0].lock_timeout).toBe('7s');
+      await c.query('COMMIT');
+      const { rows } = await pool.query(`SELECT count(*)::int AS n FROM items WHERE id IN (1, 2)`);
+      expect(rows[0].n).toBe(2);
+    } finally {
+      c.release();
+      await holder.release();
+    }
+  });
+
+  it('waits without bound when asked (timeoutMs: Infinity) and gets the lock once it is free', async () => {
+    const holder = await holdInTransaction('x:infinite');
+    const c = await pool.connect();
+    try {
+      await c.query('BEGIN');
+      const waiting = xactLock(c, 'x:infinite', { timeoutMs: Infinity });
+      setTimeout(() => void holder.release(), 200);
+      expect((await waiting).key).toBeTypeOf('bigint');
+      await c.query('COMMIT');
+    } finally {
+      c.release();
+    }
+  });
+
+  it('turns a deadlock into DeadlockError and keeps that transaction usable', async () => {
+    const [c1, c2] = await Promise.all([pool.connect(), pool.connect()]);
+    try {
+      await c1.query('BEGIN');
+      await c2.query('BEGIN');
+      await xactLock(c1, 'x:dl:a');
+      await xactLock(c2, 'x:dl:b');
+      const wait = (c: pg.PoolClient, name: string) =>
+        xactLock(c, name, { timeoutMs: 20_000 }).then(
+          () => ({ client: c, error: null }),
+          (error: unknown) => ({ client: c, error }),
+        );
+      const w1 = wait(c1, 'x:dl:b');
+      const w2 = wait(c2, 'x:dl:a');
+      // PostgreSQL fails one wait of the cycle; that transaction still holds its first lock and is usable.
+      const first = await Promise.race([w1, w2]);
+      expect(first.error).toBeInstanceOf(DeadlockError);
+      const loser = first.client;
+      const winnerWait = loser === c1 ? w2 : w1;
+      expect((await loser.query('SELECT 1 AS ok')).rows[0].ok).toBe(1);
+      await loser.query('ROLLBACK'); // gives up its first lock: the other wait completes
+      expect((await winnerWait).error).toBeNull();
+    } finally {
+      await c1.query('ROLLBACK');
+      await c2.query('ROLLBACK');
+      c1.release();
+      c2.release();
+    }
+  });
+
+  it('refuses an aborted transaction with a clear error', async () => {
+    const c = await pool.connect();
+    try {
+      await c.query('BEGIN');
+      await c.query('SELECT 1/0').catch(() => {});
+      await expect(xactLock(c, 'x:aborted')).rejects.toBeInstanceOf(NotInTransactionError);
+      await c.query('ROLLBACK');
+    } finally {
+      c.release();
+    }
+  });
+
+  it('issues fencing tokens that commit with the transaction', async () => {
+    const c = await pool.connect();
+    try {
+      await c.query('BEGIN');
+      const a = await xactLock(c, 'x:fenced', { fencing: true });
+      await c.query('COMMIT');
+      await c.query('BEGIN');
+      const b = await tryXactLock(c, 'x:fenced', { fencing: true });
+      await c.query('COMMIT');
+      expect(b!.token).toBeGreaterThan(a.token!);
+    } finally {
+      c.release();
+    }
+  });
+});
+
+describe('xactLock on Kysely', () => {
+  it('refuses a Kysely instance outside a transaction', async () => {
+    await expect(k.xactLock(kdb, 'k:outside')).rejects.toBeInstanceOf(NotInTransactionError);
+  });
+
+  it('a timeout leaves the transaction usable and lock_timeout restored', async () => {
+    const holder = await holdInTransaction('k:timeout');
+    try {
+      await kdb.transaction().execute(async (trx) => {
+        await sql`SET LOCAL lock_timeout = '3s'`.execute(trx);
+        await expect(k.xactLock(trx, 'k:timeout', { timeoutMs: 150 })).rejects.toBeInstanceOf(LockTimeoutError);
+        const shown = await sql<{ lock_timeout: string }>`SHOW lock_timeout`.execute(trx);
+        expect(shown.rows[0]!.lock_timeout).toBe('3s');
+        await trx.insertInto('items').values({ id: 10, v: 'kysely' }).execute();
+      });
+      const { rows } = await pool.query(`SELECT v FROM items WHERE id = 10`);
+      expect(rows[0].v).toBe('kysely');
+    } finally {
+      await holder.release();
+    }
+  });
+
+  it('issues fencing tokens', async () => {
+    const a = await kdb.transaction().execute((trx) => k.xactLock(trx, 'k:fenced', { fencing: true }));
+    const b = await kdb.transaction().execute((trx) => k.xactLock(trx, 'k:fenced', { fencing: true }));
+    expect(b.token).toBeGreaterThan(a.token!);
+  });
+});
+
+describe('Kysely guarded writes', () => {
+  beforeAll(async () => {
+    await pool.query(`CREATE TABLE accounts (id int PRIMARY KEY, balance int)`);
+    await k.addFencingColumn(kdb, 'accounts', { enforce: true });
+    await pool.query(`INSERT INTO accounts (id, balance) VALUES (1, 100)`);
+  });
+
+  it('fenced() guards an update builder', async () => {
+    const kk = kdb as unknown as Kysely<{ accounts: { id: number; balance: number; fencing_token: string | null } }>;
+    const ok = await k.fenced(kk.updateTable('accounts').set({ balance: 90 }).where('id', '=', 1), 3n).executeTakeFirst();
+    expect(ok.numUpdatedRows).toBe(1n);
+    const stale = await k.fenced(kk.updateTable('accounts').set({ balance: 0 }).where('id', '=', 1), 2n).executeTakeFirst();
+    expect(stale.numUpdatedRows).toBe(0n);
+    const { rows } = await pool.query(`SELECT balance, fencing_token FROM accounts WHERE id = 1`);
+    expect(rows[0]).toEqual({ balance: 90, fencing_token: '3' });
+  });
+
+  it('fencedUpdate reports stale and missing', async () => {
+    expect(await k.fencedUpdate(kdb, { table: 'accounts', set: { balance: 80 }, where: { id: 1 }, token: 4n })).toEqual({ applied: true });
+    expect(await k.fencedUpdate(kdb, { table: 'accounts', set: { balance: 1 }, where: { id: 1 }, token: 3n })).toEqual({
+      applied: false,
+      reason: 'stale',
+      currentToken: 4n,
+    });
+    expect(await k.fencedUpdate(kdb, { table: 'accounts', set: { balance: 1 }, where: { id: 2 }, token: 9n })).toEqual({
+      applied: false,
+      reason: 'missing',
+    });
+  });
+
+  it('the enforced table refuses a lower token from any writer', async () => {
+    await expect(pool.query(`UPDATE accounts SET fencing_token = 1 WHERE id = 1`)).rejects.toMatchObject({ code: 'PGF01' });
+  });
+});
