@@ -9,12 +9,12 @@ import {
 import type { LockTarget } from '../keys.js';
 import type { Observer } from '../observe/observer.js';
 import { setLongTimeout } from '../options.js';
-import { Op } from '../session/advisory-sql.js';
 import type { ConnectionSource } from '../session/connection-source.js';
 import type { ReleaseListener } from '../session/listener.js';
 import type { Session } from '../session/session.js';
 import type { SessionPool } from '../session/session-pool.js';
 import { BaseHandle, type LockHandle } from '../advisory/handle.js';
+import { closedError, WaitLine, type Attempt } from '../advisory/wait-line.js';
 import { acquireLeaseSql, releaseLeaseSql, renewLeaseSql } from './lease-sql.js';
 
 export interface LeaseRequest {
@@ -38,28 +38,6 @@ export interface LeaseHandle extends LockHandle {
   renew(): Promise<boolean>;
 }
 
-/** Busy leases are polled at least this often, in case a release announcement was missed. */
-const MAX_POLL_MS = 1000;
-
-interface LeaseWaiter {
-  readonly request: LeaseRequest;
-  readonly startedAt: number;
-  waiting: boolean;
-  settled: boolean;
-  resolve(handle: LeaseHandleImpl | null): void;
-  reject(err: unknown): void;
-  cleanup(): void;
-}
-
-interface LeaseKeyState {
-  readonly key: bigint;
-  readonly queue: LeaseWaiter[];
-  busy: boolean;
-  wakePending: boolean;
-  markerSession: Session | null;
-  pollTimer: NodeJS.Timeout | null;
-}
-
 interface AcquireRow {
   granted: boolean;
   token: string;
@@ -71,14 +49,13 @@ interface AcquireRow {
 
 /**
  * Table-backed leases of one locker. A lease is taken by one statement that checks expiry on the
- * database clock and issues the fencing token in the same transaction. Local waiters queue FIFO per
- * key; the head polls the lease (a busy check writes nothing) and is woken at once by the NOTIFY of a
- * release, announced by a marker on the key's session as for advisory locks.
+ * database clock and issues the fencing token in the same transaction. Local waiters line up per key
+ * (WaitLine); the head looks at the lease (a busy check writes nothing) when a release is announced,
+ * when the current lease is due to expire, or at its poll.
  */
 export class LeaseManager {
-  private readonly states = new Map<bigint, LeaseKeyState>();
+  private readonly lines = new Map<bigint, WaitLine<LeaseRequest, LeaseHandleImpl>>();
   private readonly holding = new Set<LeaseHandleImpl>();
-  private waitingCount = 0;
   closed = false;
 
   constructor(
@@ -92,57 +69,27 @@ export class LeaseManager {
     return this.holding.size;
   }
   get waiting(): number {
-    return this.waitingCount;
+    let n = 0;
+    for (const line of this.lines.values()) n += line.length;
+    return n;
   }
 
   acquire(request: LeaseRequest, nullOnTimeout: boolean): Promise<LeaseHandleImpl | null> {
-    if (this.closed) return Promise.reject(new LockUnavailableError('the locker is closed'));
-    if (request.signal?.aborted) return Promise.reject(request.signal.reason);
-    const state = this.stateOf(request.target.key);
-    return new Promise<LeaseHandleImpl | null>((resolve, reject) => {
-      const cancelTimer = request.timeoutMs > 0 ? setLongTimeout(() => this.giveUp(state, waiter, null), request.timeoutMs) : () => {};
-      const onAbort = () => this.giveUp(state, waiter, request.signal!.reason);
-      request.signal?.addEventListener('abort', onAbort, { once: true });
-      const waiter: LeaseWaiter = {
-        request,
-        startedAt: performance.now(),
-        waiting: false,
-        settled: false,
-        resolve: (h) => (nullOnTimeout || h ? resolve(h) : reject(timeoutError(request))),
-        reject,
-        cleanup: () => {
-          cancelTimer();
-          request.signal?.removeEventListener('abort', onAbort);
-        },
-      };
-      state.queue.push(waiter);
-      this.waitingCount++;
-      if (state.queue.length > 1) {
-        if (request.timeoutMs === 0) {
-          this.settle(state, waiter, () => waiter.resolve(null));
-          return;
-        }
-        this.contended(waiter);
-      }
-      this.drive(state);
-    });
+    if (this.closed) return Promise.reject(closedError());
+    return this.lineOf(request.target.key).enqueue(request, nullOnTimeout);
   }
 
   onRelease(key: bigint): void {
-    const state = this.states.get(key);
-    if (state?.queue[0]?.waiting) this.wake(state);
+    this.lines.get(key)?.wake();
   }
 
   onSessionLost(session: Session): void {
-    for (const state of this.states.values()) if (state.markerSession === session) state.markerSession = null;
+    for (const line of this.lines.values()) line.sessionLost(session);
   }
 
   async close(): Promise<void> {
     this.closed = true;
-    for (const state of this.states.values()) {
-      for (const w of [...state.queue]) this.settle(state, w, () => w.reject(new LockUnavailableError('the locker was closed')));
-      if (state.pollTimer) clearTimeout(state.pollTimer);
-    }
+    for (const line of [...this.lines.values()]) line.close(closedError());
     await Promise.all([...this.holding].map((h) => h.release()));
   }
 
@@ -174,6 +121,8 @@ export class LeaseManager {
       return rows[0]!.released;
     } catch {
       return false; // unreachable: the lease expires on its own at its TTL
+    } finally {
+      this.lines.get(handle.key)?.wake();
     }
   }
 
@@ -187,156 +136,54 @@ export class LeaseManager {
 
   // ---- waiting ----
 
-  private drive(state: LeaseKeyState): void {
-    if (state.busy) return;
-    const head = state.queue[0];
-    if (!head) {
-      this.cleanup(state);
-      return;
-    }
-    state.busy = true;
-    state.wakePending = false;
-    this.clearPoll(state);
-    const { target, owner, ttlMs, data } = head.request;
+  private async attempt(request: LeaseRequest): Promise<Attempt<LeaseHandleImpl>> {
+    const { target, owner, ttlMs, data } = request;
     const sentAt = performance.now();
-    this.source.pool
-      .query<AcquireRow>(acquireLeaseSql, [target.key, target.name, owner, ttlMs, data === undefined ? null : JSON.stringify(data)])
-      .then(
-        ({ rows }) => {
-          state.busy = false;
-          const row = rows[0]!;
-          if (row.granted) this.granted(state, head, row, sentAt);
-          else this.busyLease(state, head, row);
-        },
-        (err: unknown) => {
-          state.busy = false;
-          const failure =
-            schemaMissingError(err) ??
-            (err instanceof PgfenceError ? err : new LockUnavailableError(`a lease statement failed: ${(err as Error)?.message}`, { cause: err }));
-          this.settle(state, head, () => head.reject(failure));
-          this.drive(state);
-        },
+    let row: AcquireRow;
+    try {
+      const res = await this.source.pool.query<AcquireRow>(acquireLeaseSql, [
+        target.key,
+        target.name,
+        owner,
+        ttlMs,
+        data === undefined ? null : JSON.stringify(data),
+      ]);
+      row = res.rows[0]!;
+    } catch (err) {
+      throw (
+        schemaMissingError(err) ??
+        (err instanceof PgfenceError ? err : new LockUnavailableError(`a lease statement failed: ${(err as Error)?.message}`, { cause: err }))
       );
-  }
-
-  private granted(state: LeaseKeyState, head: LeaseWaiter, row: AcquireRow, sentAt: number): void {
-    const { request } = head;
+    }
+    if (!row.granted) return { busy: true, retryInMs: row.remaining_ms + 1 };
     const handle = new LeaseHandleImpl(this, request, BigInt(row.token), row.expires_at, sentAt);
     this.holding.add(handle);
-    if (head.settled) {
-      // The waiter gave up while the grant was in flight: give the lease straight back.
-      void handle.release();
-    } else {
-      this.settle(state, head, () => head.resolve(handle));
-      this.observer.acquired({ ...handle.info(), token: handle.token, waitMs: performance.now() - head.startedAt });
-    }
-    this.drive(state);
+    return { granted: handle };
   }
 
-  private busyLease(state: LeaseKeyState, head: LeaseWaiter, row: AcquireRow): void {
-    if (head.settled) {
-      this.drive(state);
-      return;
-    }
-    if (head.request.timeoutMs === 0) {
-      this.settle(state, head, () => head.resolve(null));
-      this.drive(state);
-      return;
-    }
-    const pollMs = Math.max(1, Math.min(MAX_POLL_MS, row.remaining_ms + 1));
-    if (!head.waiting) {
-      head.waiting = true;
-      this.contended(head);
-      // Announce the wait (listen first, then the marker), then look again: a release in between is not missed.
-      state.busy = true;
-      void this.announce(state).then(() => {
-        state.busy = false;
-        this.drive(state);
+  private lineOf(key: bigint): WaitLine<LeaseRequest, LeaseHandleImpl> {
+    let line = this.lines.get(key);
+    if (!line) {
+      const created: WaitLine<LeaseRequest, LeaseHandleImpl> = new WaitLine(key, this.sessions, this.listener, {
+        attempt: (request) => this.attempt(request),
+        giveBack: (handle) => void handle.release(),
+        granted: (request, handle, waitMs) => this.observer.acquired({ ...handle.info(), token: handle.token, waitMs }),
+        contention: (request) => this.observer.contention(info(request)),
+        timeout: (request, waitMs) => this.observer.timeout({ ...info(request), waitMs }),
+        timeoutError: (request) => new LockTimeoutError(request.target.name, request.target.key, request.timeoutMs),
+        idle: () => {
+          if (this.lines.get(key) === created) this.lines.delete(key);
+        },
       });
-      return;
+      line = created;
+      this.lines.set(key, line);
     }
-    if (state.wakePending) this.drive(state);
-    else this.schedulePoll(state, pollMs);
-  }
-
-  private async announce(state: LeaseKeyState): Promise<void> {
-    if (!(await this.listener.ensure()) || state.markerSession) return;
-    try {
-      const session = this.sessions.sessionFor(state.key);
-      const result = await session.run(Op.registerMarker, state.key);
-      if ((result & 2) === 0) state.markerSession = session;
-    } catch {
-      // No marker: the poll still finds the release.
-    }
-  }
-
-  private cleanup(state: LeaseKeyState): void {
-    this.clearPoll(state);
-    const session = state.markerSession;
-    state.markerSession = null;
-    this.states.delete(state.key);
-    if (session && session.state === 'ready') session.run(Op.unregisterMarker, state.key).catch(() => {});
-  }
-
-  private wake(state: LeaseKeyState): void {
-    if (state.busy) state.wakePending = true;
-    else this.drive(state);
-  }
-
-  private schedulePoll(state: LeaseKeyState, ms: number): void {
-    this.clearPoll(state);
-    state.pollTimer = setTimeout(() => {
-      state.pollTimer = null;
-      this.wake(state);
-    }, ms);
-  }
-
-  private clearPoll(state: LeaseKeyState): void {
-    if (state.pollTimer) clearTimeout(state.pollTimer);
-    state.pollTimer = null;
-  }
-
-  private giveUp(state: LeaseKeyState, waiter: LeaseWaiter, abortReason: unknown): void {
-    if (waiter.settled) return;
-    if (abortReason !== null) {
-      this.settle(state, waiter, () => waiter.reject(abortReason));
-    } else {
-      this.observer.timeout({ ...info(waiter.request), waitMs: performance.now() - waiter.startedAt });
-      this.settle(state, waiter, () => waiter.resolve(null));
-    }
-    this.drive(state);
-  }
-
-  private settle(state: LeaseKeyState, waiter: LeaseWaiter, outcome: () => void): void {
-    if (waiter.settled) return;
-    waiter.settled = true;
-    waiter.cleanup();
-    const i = state.queue.indexOf(waiter);
-    if (i >= 0) state.queue.splice(i, 1);
-    this.waitingCount--;
-    outcome();
-  }
-
-  private contended(waiter: LeaseWaiter): void {
-    this.observer.contention(info(waiter.request));
-  }
-
-  private stateOf(key: bigint): LeaseKeyState {
-    let state = this.states.get(key);
-    if (!state) {
-      state = { key, queue: [], busy: false, wakePending: false, markerSession: null, pollTimer: null };
-      this.states.set(key, state);
-    }
-    return state;
+    return line;
   }
 }
 
 function info(request: LeaseRequest) {
   return { kind: 'lease' as const, name: request.target.name, key: request.target.key, mode: 'exclusive' as const };
-}
-
-function timeoutError(request: LeaseRequest): LockTimeoutError {
-  return new LockTimeoutError(request.target.name, request.target.key, request.timeoutMs);
 }
 
 /**

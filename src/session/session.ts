@@ -26,6 +26,8 @@ interface PendingOp {
   fenced: boolean;
   resolve(result: number, token: bigint | null): void;
   reject(err: Error): void;
+  /** A statement of its own (semaphores), sent alone in order with the batches. */
+  statement?: { text: string; values: unknown[]; done(rows: unknown[]): void };
 }
 const PROBE = 0;
 
@@ -73,6 +75,25 @@ export class Session {
     return new Promise((resolve, reject) => {
       if (this.state === 'dead') return reject(this.lostError());
       this.pending.push({ code, key, fenced: false, resolve, reject });
+      this.scheduleFlush();
+    });
+  }
+
+  /**
+   * Queues a statement of its own on this session, in order with the operations around it. It must
+   * not block, and a failure must leave no lock taken (the batch reconciliation does not cover it).
+   */
+  statement<R>(text: string, values: unknown[]): Promise<R[]> {
+    return new Promise((resolve, reject) => {
+      if (this.state === 'dead') return reject(this.lostError());
+      this.pending.push({
+        code: PROBE,
+        key: 0n,
+        fenced: false,
+        resolve: () => {},
+        reject,
+        statement: { text, values, done: (rows) => resolve(rows as R[]) },
+      });
       this.scheduleFlush();
     });
   }
@@ -135,9 +156,11 @@ export class Session {
       this.opts.deadlineMs,
     );
     const ops = batch.filter((op) => op.code !== PROBE) as (PendingOp & { code: OpCode })[];
+    const statement = batch[0]!.statement;
     try {
-      await this.execute(ops);
-      for (const op of batch) if (op.code === PROBE) op.resolve(1, null);
+      if (statement) await this.executeStatement(batch[0]!, statement);
+      else await this.execute(ops);
+      for (const op of batch) if (op.code === PROBE && !op.statement) op.resolve(1, null);
     } catch (err) {
       if ((this.state as Session['state']) === 'dead') return; // die() already failed the batch
       if (isConnectionError(err)) {
@@ -161,15 +184,25 @@ export class Session {
    * batch may make its commit asynchronous for a NOTIFY; a token's commit must be durable).
    */
   private takeBatch(): PendingOp[] {
+    if (this.pending[0]!.statement) return [this.pending.shift()!];
     const fenced = this.pending[0]!.fenced;
     const batch: PendingOp[] = [];
     const rest: PendingOp[] = [];
     for (const op of this.pending) {
-      if (op.fenced === fenced && batch.length < MAX_BATCH) batch.push(op);
+      if (op.fenced === fenced && !op.statement && batch.length < MAX_BATCH) batch.push(op);
       else rest.push(op);
     }
     this.pending = rest;
     return batch;
+  }
+
+  private async executeStatement(op: PendingOp, statement: NonNullable<PendingOp['statement']>): Promise<void> {
+    try {
+      statement.done((await this.conn!.client.query({ text: statement.text, values: statement.values })).rows);
+    } catch (err) {
+      if (isConnectionError(err)) throw err; // the session dies, failing the operation with it
+      op.reject(err as Error);
+    }
   }
 
   private async execute(ops: (PendingOp & { code: OpCode })[]): Promise<void> {

@@ -1,0 +1,224 @@
+import { LockUnavailableError } from '../errors.js';
+import { setLongTimeout } from '../options.js';
+import { Op } from '../session/advisory-sql.js';
+import type { ReleaseListener } from '../session/listener.js';
+import type { Session } from '../session/session.js';
+import type { SessionPool } from '../session/session-pool.js';
+
+export interface LineRequest {
+  timeoutMs: number;
+  signal: AbortSignal | undefined;
+}
+
+/** What one attempt found: a grant, or a busy resource (and when it is worth looking again). */
+export type Attempt<H> = { granted: H } | { busy: true; retryInMs?: number };
+
+export interface WaitLineHooks<R extends LineRequest, H> {
+  /** One attempt for the head of the line; `polite`: stand back if others already wait elsewhere. */
+  attempt(request: R, polite: boolean): Promise<Attempt<H>>;
+  /** A grant arrived for a waiter that had already given up: hand it back. */
+  giveBack(handle: H): void;
+  granted(request: R, handle: H, waitMs: number): void;
+  contention(request: R): void;
+  timeout(request: R, waitMs: number): void;
+  timeoutError(request: R): Error;
+  /** The line is empty and idle: forget it. */
+  idle(): void;
+}
+
+interface Waiter<R, H> {
+  readonly request: R;
+  readonly startedAt: number;
+  waiting: boolean;
+  settled: boolean;
+  resolve(handle: H | null): void;
+  reject(err: unknown): void;
+  cleanup(): void;
+}
+
+const FIRST_POLL_MS = 50;
+const MAX_POLL_MS = 1000;
+
+/**
+ * The local FIFO line of waiters for one key (a lease, a semaphore): only the head talks to the
+ * database. A waiter that finds the resource busy announces itself (LISTEN, then a marker on the
+ * key's session) and looks again, then waits for the NOTIFY of a release, with a backing-off poll
+ * for releases nobody announced. Timeouts and aborts leave the line at once; a grant that arrives
+ * for a waiter that left is handed back.
+ */
+export class WaitLine<R extends LineRequest, H> {
+  private readonly queue: Waiter<R, H>[] = [];
+  private busy = false;
+  private wakePending = false;
+  private markerSession: Session | null = null;
+  private pollTimer: NodeJS.Timeout | null = null;
+  private pollDelayMs = FIRST_POLL_MS;
+
+  constructor(
+    readonly key: bigint,
+    private readonly sessions: SessionPool,
+    private readonly listener: ReleaseListener,
+    private readonly hooks: WaitLineHooks<R, H>,
+  ) {}
+
+  get length(): number {
+    return this.queue.length;
+  }
+
+  enqueue(request: R, nullOnTimeout: boolean): Promise<H | null> {
+    if (request.signal?.aborted) return Promise.reject(request.signal.reason);
+    return new Promise<H | null>((resolve, reject) => {
+      const cancelTimer = request.timeoutMs > 0 ? setLongTimeout(() => this.giveUp(waiter, null), request.timeoutMs) : () => {};
+      const onAbort = () => this.giveUp(waiter, request.signal!.reason);
+      request.signal?.addEventListener('abort', onAbort, { once: true });
+      const waiter: Waiter<R, H> = {
+        request,
+        startedAt: performance.now(),
+        waiting: false,
+        settled: false,
+        resolve: (h) => (nullOnTimeout || h ? resolve(h) : reject(this.hooks.timeoutError(request))),
+        reject,
+        cleanup: () => {
+          cancelTimer();
+          request.signal?.removeEventListener('abort', onAbort);
+        },
+      };
+      this.queue.push(waiter);
+      if (this.queue.length > 1) {
+        if (request.timeoutMs === 0) {
+          this.settle(waiter, () => waiter.resolve(null));
+          return;
+        }
+        this.hooks.contention(request);
+      }
+      this.drive();
+    });
+  }
+
+  /** A release of the key was announced, or a local holder let go. */
+  wake(): void {
+    if (this.busy) {
+      this.wakePending = true;
+      return;
+    }
+    this.pollDelayMs = FIRST_POLL_MS;
+    this.drive();
+  }
+
+  sessionLost(session: Session): void {
+    if (this.markerSession === session) this.markerSession = null;
+  }
+
+  close(reason: Error): void {
+    for (const w of [...this.queue]) this.settle(w, () => w.reject(reason));
+    this.clearPoll();
+  }
+
+  private drive(): void {
+    if (this.busy) return;
+    const head = this.queue[0];
+    if (!head) {
+      this.retire();
+      return;
+    }
+    this.busy = true;
+    this.wakePending = false;
+    this.clearPoll();
+    this.hooks.attempt(head.request, !head.waiting).then(
+      (outcome) => {
+        this.busy = false;
+        if ('granted' in outcome) this.onGranted(head, outcome.granted);
+        else this.onBusy(head, outcome.retryInMs);
+      },
+      (err: unknown) => {
+        this.busy = false;
+        this.settle(head, () => head.reject(err));
+        this.drive();
+      },
+    );
+  }
+
+  private onGranted(head: Waiter<R, H>, handle: H): void {
+    if (head.settled) {
+      this.hooks.giveBack(handle);
+    } else {
+      const waitMs = performance.now() - head.startedAt;
+      this.settle(head, () => head.resolve(handle));
+      this.hooks.granted(head.request, handle, waitMs);
+    }
+    this.drive();
+  }
+
+  private onBusy(head: Waiter<R, H>, retryInMs: number | undefined): void {
+    if (head.settled) return this.drive();
+    if (head.request.timeoutMs === 0) {
+      this.settle(head, () => head.resolve(null));
+      return this.drive();
+    }
+    if (!head.waiting) {
+      head.waiting = true;
+      this.hooks.contention(head.request);
+      // Announce the wait (listen first, then the marker), then look again: a release in between is not missed.
+      this.busy = true;
+      void this.announce().then(() => {
+        this.busy = false;
+        this.drive();
+      });
+      return;
+    }
+    if (this.wakePending) return this.drive();
+    const delay = Math.min(retryInMs ?? this.pollDelayMs, this.pollDelayMs);
+    this.pollDelayMs = Math.min(MAX_POLL_MS, this.pollDelayMs * 2);
+    this.pollTimer = setTimeout(() => {
+      this.pollTimer = null;
+      this.wake();
+    }, Math.max(1, delay));
+  }
+
+  private async announce(): Promise<void> {
+    if (!(await this.listener.ensure()) || this.markerSession) return;
+    try {
+      const session = this.sessions.sessionFor(this.key);
+      const result = await session.run(Op.registerMarker, this.key);
+      if ((result & 2) === 0) this.markerSession = session;
+    } catch {
+      // Without a marker the poll still finds the release.
+    }
+  }
+
+  /** Nobody waits: withdraw the marker and let the owner forget this line. */
+  private retire(): void {
+    this.clearPoll();
+    const session = this.markerSession;
+    this.markerSession = null;
+    if (session && session.state === 'ready') session.run(Op.unregisterMarker, this.key).catch(() => {});
+    this.hooks.idle();
+  }
+
+  private giveUp(waiter: Waiter<R, H>, abortReason: unknown): void {
+    if (waiter.settled) return;
+    if (abortReason !== null) {
+      this.settle(waiter, () => waiter.reject(abortReason));
+    } else {
+      this.hooks.timeout(waiter.request, performance.now() - waiter.startedAt);
+      this.settle(waiter, () => waiter.resolve(null));
+    }
+    this.drive();
+  }
+
+  private settle(waiter: Waiter<R, H>, outcome: () => void): void {
+    if (waiter.settled) return;
+    waiter.settled = true;
+    waiter.cleanup();
+    const i = this.queue.indexOf(waiter);
+    if (i >= 0) this.queue.splice(i, 1);
+    outcome();
+  }
+
+  private clearPoll(): void {
+    if (this.pollTimer) clearTimeout(this.pollTimer);
+    this.pollTimer = null;
+  }
+}
+
+export const closedError = () => new LockUnavailableError('the locker was closed');
