@@ -1,11 +1,10 @@
-import { execFile, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { appendFile, cp, mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { appendFile, cp, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 import { Kysely, Migrator, PostgresDialect, type MigrationProvider } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -20,7 +19,6 @@ import { runMigrations } from '../src/migrate/runner.js';
 import { eventually, withDatabase } from './support/db.js';
 import { freePort } from './support/server.js';
 
-const repoRoot = fileURLToPath(new URL('..', import.meta.url));
 const fixtures = fileURLToPath(new URL('./fixtures/migrate/', import.meta.url));
 const childScript = join(fixtures, 'migrate-child.mjs');
 
@@ -203,7 +201,6 @@ describe('migrate() with the package schema', () => {
 });
 
 describe('migrate() from five processes at once', () => {
-  beforeAll(ensureBuilt, 120_000);
 
   it('lets every process succeed and applies each file exactly once', async () => {
     const url = await freshDatabase('concurrent');
@@ -502,27 +499,6 @@ describe('pgfenceMigrations() with Kysely', () => {
     expect(plan.current === null || plan.current === log.at(-1), `append ${plan.current} to sql/${DEFINITION_LOG_FILE}`).toBe(true);
   });
 });
-
-// ---------------------------------------------------------------------------------------------
-// Child processes import the built package: rebuild dist/ when the migration sources are newer.
-
-async function ensureBuilt(): Promise<void> {
-  if (!(await distIsStale())) return;
-  const tsc = join(repoRoot, 'node_modules', 'typescript', 'bin', 'tsc');
-  // tsc still emits when some other module has a type error; what matters is a fresh dist/migrate.
-  await promisify(execFile)(process.execPath, [tsc, '-p', 'tsconfig.build.json'], { cwd: repoRoot }).catch(() => {});
-  if (await distIsStale()) throw new Error('dist/ is older than src/migrate and `npm run build` did not refresh it');
-}
-
-async function distIsStale(): Promise<boolean> {
-  const migrateSources = (await readdir(join(repoRoot, 'src', 'migrate'))).filter((f) => f.endsWith('.ts')).map((f) => `migrate/${f}`);
-  for (const source of [...migrateSources, 'errors.ts', 'keys.ts']) {
-    const built = await stat(join(repoRoot, 'dist', source.replace(/\.ts$/, '.js'))).catch(() => null);
-    const original = await stat(join(repoRoot, 'src', source));
-    if (!built || built.mtimeMs < original.mtimeMs) return true;
-  }
-  return false;
-}
 
 function runChild(url: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {

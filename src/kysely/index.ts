@@ -46,3 +46,4 @@ export async function tryXactLock(
 export { addFencingColumn, fenced, fencedUpdate } from './fencing.js';
 export type { FencedUpdateResult, FencedUpdateSpec } from '../fencing/fenced-update.js';
 export type { FencingColumnOptions } from '../fencing/fencing-column.js';
+export { pgfenceMigrations } from './migrations.js';
