@@ -1,5 +1,6 @@
 export { createLocker } from './locker.js';
 export type { AcquireOptions, LeaseOptions, Locker, LockerOptions } from './locker.js';
+export type { Semaphore, SemaphoreAcquireOptions, SemaphoreOptions } from './advisory/semaphore.js';
 export type { LockHandle } from './advisory/handle.js';
 export { lockKey } from './keys.js';
 export type { LockName } from './keys.js';

@@ -14,6 +14,14 @@ import { ConnectionSource } from './session/connection-source.js';
 import { ReleaseListener } from './session/listener.js';
 import { SessionPool } from './session/session-pool.js';
 import { LeaseManager, type LeaseHandle, type LeaseRequest } from './lease/lease-manager.js';
+import {
+  SemaphoreManager,
+  semaphoreKeys,
+  type PermitRequest,
+  type Semaphore,
+  type SemaphoreAcquireOptions,
+  type SemaphoreOptions,
+} from './advisory/semaphore.js';
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 
@@ -75,6 +83,7 @@ export interface Locker extends EventEmitter {
   lease(name: LockName, opts?: LeaseOptions): Promise<LeaseHandle>;
   tryLease(name: LockName, opts?: Omit<LeaseOptions, 'timeoutMs'>): Promise<LeaseHandle | null>;
   withLease<T>(name: LockName, fn: (handle: LeaseHandle) => Promise<T>, opts?: LeaseOptions): Promise<T>;
+  semaphore(name: LockName, opts: SemaphoreOptions): Semaphore;
   stats(): LockerStats;
   close(): Promise<void>;
 }
@@ -99,6 +108,7 @@ class PgLocker extends EventEmitter implements Locker {
   private readonly listener: ReleaseListener;
   private readonly locks: AdvisoryLockManager;
   private readonly leases: LeaseManager;
+  private readonly semaphores: SemaphoreManager;
   private readonly defaultOwner = `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
   private readonly observer: Observer;
   private closing: Promise<void> | null = null;
@@ -139,13 +149,14 @@ class PgLocker extends EventEmitter implements Locker {
       },
       this.opts.logger,
     );
-    this.observer = new Observer(this, this.opts.logger, o.meter, () => this.locks.held + this.leases.held);
+    this.observer = new Observer(this, this.opts.logger, o.meter, () => this.stats().held);
     this.listener = new ReleaseListener(
       this.source,
       { keepaliveMs, deadlineMs: this.opts.deadlineMs, logger: this.opts.logger },
       (key) => {
         this.locks.onRelease(key);
         this.leases.onRelease(key);
+        this.semaphores.onRelease(key);
       },
     );
     this.sessions = new SessionPool(
@@ -154,10 +165,12 @@ class PgLocker extends EventEmitter implements Locker {
       (session, err) => {
         this.locks.onSessionLost(session, err);
         this.leases.onSessionLost(session);
+        this.semaphores.onSessionLost(session, err);
       },
     );
     this.locks = new AdvisoryLockManager(this.sessions, this.listener, this.observer);
     this.leases = new LeaseManager(this.source, this.sessions, this.listener, this.observer);
+    this.semaphores = new SemaphoreManager(this.sessions, this.listener, this.observer);
   }
 
   async acquire(name: LockName, opts?: AcquireOptions): Promise<LockHandle> {
@@ -239,18 +252,51 @@ class PgLocker extends EventEmitter implements Locker {
     return this.runHolding(handle, fn);
   }
 
+  semaphore(name: LockName, opts: SemaphoreOptions): Semaphore {
+    const o = optionsObject<SemaphoreOptions>(opts, 'semaphore options');
+    const target = resolveLock(name, this.opts.namespace);
+    const permits = positiveInteger(o.permits, 'permits', 10_000);
+    const { baseKey, slots } = semaphoreKeys(target, permits);
+    const request = (acquireOpts: SemaphoreAcquireOptions | undefined, method: string, tryOnly: boolean): PermitRequest => {
+      const a = optionsObject<SemaphoreAcquireOptions>(acquireOpts, `${method} options`);
+      if (tryOnly && a.timeoutMs !== undefined && a.timeoutMs !== 0) {
+        throw new InvalidArgumentError('timeoutMs', 'tryAcquire makes a single attempt; use acquire() to wait');
+      }
+      const timeoutMs = tryOnly
+        ? 0
+        : a.timeoutMs === undefined
+          ? this.opts.defaultTimeoutMs
+          : durationMs(a.timeoutMs, 'timeoutMs', { allowInfinity: true });
+      const r: PermitRequest = { target, baseKey, slots, timeoutMs, signal: abortSignal(a.signal) };
+      this.checkNesting(target, a.allowNested);
+      return r;
+    };
+    const acquire = async (acquireOpts?: SemaphoreAcquireOptions) =>
+      (await this.semaphores.acquire(request(acquireOpts, 'acquire', false), false))!;
+    return {
+      name: target.name,
+      permits,
+      acquire,
+      tryAcquire: async (acquireOpts) => this.semaphores.acquire(request(acquireOpts, 'tryAcquire', true), true),
+      withPermit: async (fn, acquireOpts) => {
+        callback(fn, 'fn');
+        return this.runHolding(await acquire(acquireOpts), fn);
+      },
+    };
+  }
+
   stats(): LockerStats {
     return {
       ...this.observer.counters(),
-      held: this.locks.held + this.leases.held,
-      waiting: this.locks.waiting + this.leases.waiting,
+      held: this.locks.held + this.leases.held + this.semaphores.held,
+      waiting: this.locks.waiting + this.leases.waiting + this.semaphores.waiting,
       sessions: this.sessions.live().length,
     };
   }
 
   close(): Promise<void> {
     this.closing ??= (async () => {
-      await Promise.all([this.locks.close(), this.leases.close()]);
+      await Promise.all([this.locks.close(), this.leases.close(), this.semaphores.close()]);
       this.sessions.close();
       this.listener.close();
       await this.source.end();

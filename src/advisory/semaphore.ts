@@ -1,0 +1,183 @@
+import { LockLostError, LockTimeoutError, LockUnavailableError } from '../errors.js';
+import { internalKey, type LockTarget } from '../keys.js';
+import type { Observer } from '../observe/observer.js';
+import type { ReleaseListener } from '../session/listener.js';
+import type { Session } from '../session/session.js';
+import { SessionLostError } from '../session/session.js';
+import type { SessionPool } from '../session/session-pool.js';
+import { BaseHandle, type LockHandle } from './handle.js';
+import { releaseSlotSql, tryAnySlotSql } from './semaphore-sql.js';
+import { closedError, WaitLine, type Attempt, type LineRequest } from './wait-line.js';
+
+export interface SemaphoreOptions {
+  /** How many holders at most, across every process. Use the same number everywhere for a name. */
+  permits: number;
+}
+
+export interface SemaphoreAcquireOptions {
+  timeoutMs?: number;
+  signal?: AbortSignal;
+  allowNested?: boolean;
+}
+
+/** A counting lock: at most `permits` holders at once across all processes. */
+export interface Semaphore {
+  readonly name: string | null;
+  readonly permits: number;
+  acquire(opts?: SemaphoreAcquireOptions): Promise<LockHandle>;
+  tryAcquire(opts?: Omit<SemaphoreAcquireOptions, 'timeoutMs'>): Promise<LockHandle | null>;
+  withPermit<T>(fn: (permit: LockHandle) => Promise<T>, opts?: SemaphoreAcquireOptions): Promise<T>;
+}
+
+export interface PermitRequest extends LineRequest {
+  /** The semaphore as named by the caller. */
+  target: LockTarget;
+  /** Where its waiters are announced and its sessions chosen. */
+  baseKey: bigint;
+  slots: readonly bigint[];
+}
+
+/** The keys of a semaphore: a base key and one slot key per permit, none of which a user name can produce. */
+export function semaphoreKeys(target: LockTarget, permits: number): { baseKey: bigint; slots: bigint[] } {
+  const id = String(target.key);
+  return {
+    baseKey: internalKey('semaphore', id),
+    slots: Array.from({ length: permits }, (_, i) => internalKey('semaphore', id, String(i))),
+  };
+}
+
+/**
+ * Semaphores of one locker. A permit is a session advisory lock on one of the semaphore's slot keys,
+ * so a session that dies frees its permits. All of a semaphore's slots live on the session of its
+ * base key, where one statement takes the first free slot.
+ */
+export class SemaphoreManager {
+  private readonly lines = new Map<bigint, WaitLine<PermitRequest, PermitHandle>>();
+  private readonly holding = new Set<PermitHandle>();
+  closed = false;
+
+  constructor(
+    private readonly sessions: SessionPool,
+    private readonly listener: ReleaseListener,
+    private readonly observer: Observer,
+  ) {}
+
+  get held(): number {
+    return this.holding.size;
+  }
+  get waiting(): number {
+    let n = 0;
+    for (const line of this.lines.values()) n += line.length;
+    return n;
+  }
+
+  acquire(request: PermitRequest, nullOnTimeout: boolean): Promise<PermitHandle | null> {
+    if (this.closed) return Promise.reject(closedError());
+    return this.lineOf(request.baseKey).enqueue(request, nullOnTimeout);
+  }
+
+  onRelease(key: bigint): void {
+    this.lines.get(key)?.wake();
+  }
+
+  onSessionLost(session: Session, err: Error): void {
+    for (const line of this.lines.values()) line.sessionLost(session);
+    for (const h of [...this.holding]) if (h.session === session) this.lose(h, err);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const line of [...this.lines.values()]) line.close(closedError());
+    await Promise.all([...this.holding].map((h) => h.release()));
+  }
+
+  /** @internal */ async release(handle: PermitHandle): Promise<boolean> {
+    if (!this.holding.delete(handle) || !handle.markReleased()) return false;
+    this.observer.released({ ...handle.info(), token: null, holdMs: handle.holdMs });
+    try {
+      const rows = await handle.session.statement<{ released: boolean }>(releaseSlotSql, [handle.key, handle.baseKey]);
+      return rows[0]!.released;
+    } catch {
+      return false; // the session is gone, and the permit with it
+    } finally {
+      this.lines.get(handle.baseKey)?.wake();
+    }
+  }
+
+  private lose(handle: PermitHandle, cause: Error): void {
+    if (!this.holding.delete(handle)) return;
+    const err = new LockLostError(handle.name, handle.key, 'session-lost', { cause });
+    if (!handle.markLost(err)) return;
+    this.observer.lost({ ...handle.info(), token: null, holdMs: handle.holdMs, reason: 'session-lost', error: err });
+  }
+
+  private async attempt(request: PermitRequest, polite: boolean): Promise<Attempt<PermitHandle>> {
+    const session = this.sessions.sessionFor(request.baseKey);
+    // Slots this process already holds would be granted again (advisory locks are re-entrant per session).
+    const mine = new Set([...this.holding].filter((h) => h.baseKey === request.baseKey && h.session === session).map((h) => h.key));
+    const free = request.slots.filter((k) => !mine.has(k));
+    if (free.length === 0) return { busy: true };
+    // Start at a random slot, so concurrent callers do not all fight over slot 0.
+    const start = Math.floor(Math.random() * free.length);
+    const order = [...free.slice(start), ...free.slice(0, start)];
+    let rows: { slot: string }[];
+    try {
+      rows = await session.statement<{ slot: string }>(tryAnySlotSql, [order, request.baseKey, polite]);
+    } catch (err) {
+      // The session died under the attempt: look again on its replacement.
+      if (err instanceof SessionLostError && err.connected && !this.closed) return { busy: true, retryInMs: 0 };
+      throw err instanceof LockUnavailableError ? err : new LockUnavailableError(`a semaphore statement failed: ${(err as Error).message}`, { cause: err });
+    }
+    if (rows.length === 0) return { busy: true };
+    const handle = new PermitHandle(this, request, BigInt(rows[0]!.slot), session);
+    this.holding.add(handle);
+    return { granted: handle };
+  }
+
+  private lineOf(baseKey: bigint): WaitLine<PermitRequest, PermitHandle> {
+    let line = this.lines.get(baseKey);
+    if (!line) {
+      const created: WaitLine<PermitRequest, PermitHandle> = new WaitLine(baseKey, this.sessions, this.listener, {
+        attempt: (request, polite) => this.attempt(request, polite),
+        giveBack: (handle) => void handle.release(),
+        granted: (_request, handle, waitMs) => this.observer.acquired({ ...handle.info(), token: null, waitMs }),
+        contention: (request) => this.observer.contention(info(request)),
+        timeout: (request, waitMs) => this.observer.timeout({ ...info(request), waitMs }),
+        timeoutError: (request) => new LockTimeoutError(request.target.name, request.target.key, request.timeoutMs),
+        idle: () => {
+          if (this.lines.get(baseKey) === created) this.lines.delete(baseKey);
+        },
+      });
+      line = created;
+      this.lines.set(baseKey, line);
+    }
+    return line;
+  }
+}
+
+function info(request: PermitRequest) {
+  return { kind: 'semaphore' as const, name: request.target.name, key: request.target.key, mode: 'exclusive' as const };
+}
+
+/** One permit: the slot key it holds, on the session that holds it. */
+export class PermitHandle extends BaseHandle {
+  readonly baseKey: bigint;
+
+  constructor(
+    private readonly manager: SemaphoreManager,
+    request: PermitRequest,
+    slot: bigint,
+    readonly session: Session,
+  ) {
+    super(request.target.name, slot, 'exclusive', null);
+    this.baseKey = request.baseKey;
+  }
+
+  info() {
+    return { kind: 'semaphore' as const, name: this.name, key: this.key, mode: 'exclusive' as const };
+  }
+
+  protected doRelease(): Promise<boolean> {
+    return this.manager.release(this);
+  }
+}

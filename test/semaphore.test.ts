@@ -1,0 +1,99 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLocker, InvalidArgumentError, LockLostError, LockTimeoutError, NestedLockError, type Locker } from '../src/index.js';
+import { appName, eventually, killBackends, sleep, useTestDatabase } from './support/db.js';
+
+let db: Awaited<ReturnType<typeof useTestDatabase>>;
+const lockers: Locker[] = [];
+const open = (params: Record<string, string> = {}) => {
+  const l = createLocker({ connectionString: db.urlWith(params) });
+  lockers.push(l);
+  return l;
+};
+
+beforeAll(async () => {
+  db = await useTestDatabase('semaphore');
+});
+afterAll(async () => {
+  await Promise.all(lockers.map((l) => l.close()));
+});
+
+describe('semaphores', () => {
+  it('never admit more than `permits` holders: 30 concurrent holders across two lockers', async () => {
+    const [l1, l2] = [open(), open()];
+    let inside = 0;
+    let maxInside = 0;
+    let entries = 0;
+    await Promise.all(
+      Array.from({ length: 30 }, async (_, w) => {
+        const sem = (w % 2 ? l1 : l2).semaphore('sem:bound', { permits: 4 });
+        for (let i = 0; i < 3; i++) {
+          await sem.withPermit(
+            async () => {
+              inside++;
+              entries++;
+              maxInside = Math.max(maxInside, inside);
+              await sleep(2 + Math.random() * 5);
+              inside--;
+            },
+            { timeoutMs: 60_000 },
+          );
+        }
+      }),
+    );
+    expect(entries).toBe(90);
+    expect(maxInside).toBeLessThanOrEqual(4);
+    expect(maxInside).toBe(4); // and the permits were all used
+    expect(l1.stats().held + l2.stats().held).toBe(0);
+  });
+
+  it('a full semaphore refuses a try, times out a wait, and honours a signal', async () => {
+    const sem = open().semaphore('sem:full', { permits: 2 });
+    const other = open().semaphore('sem:full', { permits: 2 });
+    const held = [await sem.acquire(), await sem.acquire()];
+    expect(held[0]!.key).not.toBe(held[1]!.key);
+    expect(await other.tryAcquire()).toBeNull();
+    expect(await sem.tryAcquire()).toBeNull(); // the holder's own locker too
+    await expect(other.acquire({ timeoutMs: 150 })).rejects.toBeInstanceOf(LockTimeoutError);
+    const reason = new Error('stop waiting');
+    const c = new AbortController();
+    const waiting = other.acquire({ timeoutMs: 30_000, signal: c.signal });
+    setTimeout(() => c.abort(reason), 50);
+    await expect(waiting).rejects.toBe(reason);
+    // A release wakes a waiter elsewhere.
+    const next = other.acquire({ timeoutMs: 30_000 });
+    await sleep(50);
+    expect(await held[0]!.release()).toBe(true);
+    const p = await next;
+    expect(p.name).toBe('sem:full');
+    await Promise.all([p.release(), held[1]!.release()]);
+  });
+
+  it('frees the permits of a killed backend', async () => {
+    const app = appName('sem');
+    const victim = open({ application_name: app });
+    const sem = victim.semaphore('sem:kill', { permits: 1 });
+    const permit = await sem.acquire();
+    const other = open().semaphore('sem:kill', { permits: 1 });
+    expect(await other.tryAcquire()).toBeNull();
+    const waiting = other.acquire({ timeoutMs: 20_000 });
+    await killBackends(db.url, app);
+    await eventually(() => permit.signal.aborted, 15_000, 'the permit to be lost');
+    expect(permit.signal.reason).toBeInstanceOf(LockLostError);
+    const mine = await waiting;
+    await mine.release();
+  });
+
+  it('refuses nesting inside a lock callback, and bad arguments', async () => {
+    const locker = open();
+    const sem = locker.semaphore('sem:nest', { permits: 3 });
+    await locker.withLock('sem:outer', async () => {
+      await expect(sem.acquire()).rejects.toBeInstanceOf(NestedLockError);
+    });
+    for (const permits of [0, -1, 1.5, NaN, '3', 10_001, undefined]) {
+      expect(() => locker.semaphore('sem:bad', { permits } as never)).toThrow(InvalidArgumentError);
+    }
+    expect(() => locker.semaphore('', { permits: 1 })).toThrow(InvalidArgumentError);
+    await expect(sem.acquire({ timeoutMs: -5 })).rejects.toBeInstanceOf(InvalidArgumentError);
+    await expect(sem.tryAcquire({ timeoutMs: 5 } as never)).rejects.toBeInstanceOf(InvalidArgumentError);
+  });
+});
