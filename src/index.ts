@@ -35,5 +35,6 @@ export type { FencedUpdateResult, FencedUpdateSpec } from './fencing/fenced-upda
 export { fencingColumnSql } from './fencing/fencing-column.js';
 export type { FencingColumnOptions } from './fencing/fencing-column.js';
 export type { LeaseHandle } from './lease/lease-manager.js';
+export type { DemotedEvent, ElectedEvent, LeaderElection } from './lease/leader.js';
 export { migrate } from './migrate/index.js';
 export type { MigrateOptions, MigrateResult } from './migrate/index.js';

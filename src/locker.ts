@@ -4,7 +4,8 @@ import { CompositeLockHandle } from './advisory/composite-handle.js';
 import type { LockHandle } from './advisory/handle.js';
 import { AdvisoryLockManager, type AcquireRequest } from './advisory/lock-manager.js';
 import { heldInCallback, runHolding } from './advisory/nesting.js';
-import { InvalidArgumentError, LockTimeoutError, NestedLockError } from './errors.js';
+import { InvalidArgumentError, LockTimeoutError, LockUnavailableError, NestedLockError } from './errors.js';
+import { LeaderCampaign, type LeaderElection } from './lease/leader.js';
 import { describeType, nameToBytes, resolveLock, type LockName, type LockTarget } from './keys.js';
 import { type Logger, silentLogger } from './observe/logger.js';
 import type { Meter } from './observe/metrics.js';
@@ -84,6 +85,7 @@ export interface Locker extends EventEmitter {
   tryLease(name: LockName, opts?: Omit<LeaseOptions, 'timeoutMs'>): Promise<LeaseHandle | null>;
   withLease<T>(name: LockName, fn: (handle: LeaseHandle) => Promise<T>, opts?: LeaseOptions): Promise<T>;
   semaphore(name: LockName, opts: SemaphoreOptions): Semaphore;
+  leader(name: LockName, opts?: Omit<LeaseOptions, 'timeoutMs' | 'allowNested'>): LeaderElection;
   stats(): LockerStats;
   close(): Promise<void>;
 }
@@ -109,6 +111,7 @@ class PgLocker extends EventEmitter implements Locker {
   private readonly locks: AdvisoryLockManager;
   private readonly leases: LeaseManager;
   private readonly semaphores: SemaphoreManager;
+  private readonly campaigns = new Set<LeaderCampaign>();
   private readonly defaultOwner = `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
   private readonly observer: Observer;
   private closing: Promise<void> | null = null;
@@ -285,6 +288,22 @@ class PgLocker extends EventEmitter implements Locker {
     };
   }
 
+  leader(name: LockName, opts?: Omit<LeaseOptions, 'timeoutMs' | 'allowNested'>): LeaderElection {
+    const o = optionsObject<LeaseOptions>(opts, 'leader options');
+    if (o.timeoutMs !== undefined) throw new InvalidArgumentError('timeoutMs', 'a candidate campaigns until it resigns; use whenElected({ signal })');
+    const template = this.leaseRequest(name, { ...o, timeoutMs: Infinity, allowNested: true }, 'leader');
+    if (this.closing) throw new LockUnavailableError('the locker is closed');
+    const campaign = new LeaderCampaign(template.target, {
+      // A campaign may start inside a lock callback: its own locks are not nested in it.
+      lease: (signal) => this.lease(name, { ...o, timeoutMs: Infinity, allowNested: true, signal: anySignal(signal, template.signal) }),
+      guard: (key) => this.acquire(key, { timeoutMs: this.opts.deadlineMs, allowNested: true }),
+      logger: this.opts.logger,
+    });
+    this.campaigns.add(campaign);
+    template.signal?.addEventListener('abort', () => void campaign.resign(), { once: true });
+    return campaign;
+  }
+
   stats(): LockerStats {
     return {
       ...this.observer.counters(),
@@ -296,6 +315,7 @@ class PgLocker extends EventEmitter implements Locker {
 
   close(): Promise<void> {
     this.closing ??= (async () => {
+      await Promise.all([...this.campaigns].map((c) => c.resign()));
       await Promise.all([this.locks.close(), this.leases.close(), this.semaphores.close()]);
       this.sessions.close();
       this.listener.close();
@@ -362,6 +382,11 @@ class PgLocker extends EventEmitter implements Locker {
     this.checkNesting(target, o.allowNested);
     return request;
   }
+}
+
+function anySignal(...signals: (AbortSignal | undefined)[]): AbortSignal {
+  const present = signals.filter((s): s is AbortSignal => s !== undefined);
+  return present.length === 1 ? present[0]! : AbortSignal.any(present);
 }
 
 /** Lease data must survive a JSON round trip into jsonb. */

@@ -1,0 +1,164 @@
+import { EventEmitter } from 'node:events';
+import type { LockHandle } from '../advisory/handle.js';
+import { internalKey, type LockTarget } from '../keys.js';
+import type { Logger } from '../observe/logger.js';
+import type { LeaseHandle } from './lease-manager.js';
+
+/** What a leader election needs from its locker. */
+export interface LeaderCampaignPorts {
+  lease(signal: AbortSignal): Promise<LeaseHandle>;
+  /** A session lock whose loss ends the term (a killed backend, a lost network). */
+  guard(key: bigint): Promise<LockHandle>;
+  logger: Logger;
+}
+
+export interface ElectedEvent {
+  epoch: bigint;
+}
+export interface DemotedEvent {
+  epoch: bigint;
+  /** 'resigned', 'lease-expired', 'lease-stolen', 'session-lost', 'closed' */
+  reason: string;
+}
+
+/**
+ * Lease-based leader election. Each candidate campaigns for the lease of `name`; the holder leads
+ * until its lease or its session is lost, or it resigns. The epoch of a term is the lease's fencing
+ * token: strictly increasing, so writes guarded with it refuse any earlier leader.
+ *
+ * 'demoted' is emitted the moment a term ends (a lease's signal aborts before the database would let
+ * another candidate in), so at most one candidate believes it leads at any time.
+ */
+export interface LeaderElection extends EventEmitter {
+  readonly name: string | null;
+  readonly isLeader: boolean;
+  /** The epoch of the current term, or null when not leading. */
+  readonly epoch: bigint | null;
+  /** Aborts when the current term ends; null when not leading. */
+  readonly signal: AbortSignal | null;
+  /** Resolves with the epoch once this candidate leads (at once if it does). */
+  whenElected(opts?: { signal?: AbortSignal }): Promise<bigint>;
+  /** Stops campaigning; a leader releases its lease first ('demoted' with reason 'resigned'). */
+  resign(): Promise<void>;
+}
+
+const RETRY_MS = 250;
+
+export class LeaderCampaign extends EventEmitter implements LeaderElection {
+  private term: { epoch: bigint; lease: LeaseHandle; guard: LockHandle; controller: AbortController } | null = null;
+  private readonly stop = new AbortController();
+  private readonly running: Promise<void>;
+
+  constructor(
+    private readonly target: LockTarget,
+    private readonly ports: LeaderCampaignPorts,
+  ) {
+    super();
+    this.running = this.campaign();
+  }
+
+  get name(): string | null {
+    return this.target.name;
+  }
+  get isLeader(): boolean {
+    return this.term !== null;
+  }
+  get epoch(): bigint | null {
+    return this.term?.epoch ?? null;
+  }
+  get signal(): AbortSignal | null {
+    return this.term?.controller.signal ?? null;
+  }
+
+  whenElected(opts: { signal?: AbortSignal } = {}): Promise<bigint> {
+    if (this.term) return Promise.resolve(this.term.epoch);
+    return new Promise((resolve, reject) => {
+      const onElected = (ev: ElectedEvent) => {
+        cleanup();
+        resolve(ev.epoch);
+      };
+      const onStop = () => {
+        cleanup();
+        reject(opts.signal?.aborted ? opts.signal.reason : new Error('the election was resigned before this candidate was elected'));
+      };
+      const cleanup = () => {
+        this.off('elected', onElected);
+        this.stop.signal.removeEventListener('abort', onStop);
+        opts.signal?.removeEventListener('abort', onStop);
+      };
+      if (this.stop.signal.aborted || opts.signal?.aborted) return onStop();
+      this.on('elected', onElected);
+      this.stop.signal.addEventListener('abort', onStop, { once: true });
+      opts.signal?.addEventListener('abort', onStop, { once: true });
+    });
+  }
+
+  async resign(): Promise<void> {
+    this.stop.abort();
+    this.endTerm('resigned');
+    await this.running;
+  }
+
+  private async campaign(): Promise<void> {
+    while (!this.stop.signal.aborted) {
+      let lease: LeaseHandle;
+      try {
+        lease = await this.ports.lease(this.stop.signal);
+      } catch (err) {
+        if (this.stop.signal.aborted) return;
+        this.ports.logger.warn({ err, lock: this.target.name }, 'pgfence: leader campaign failed; retrying');
+        await delay(RETRY_MS, this.stop.signal);
+        continue;
+      }
+      let guard: LockHandle;
+      try {
+        guard = await this.ports.guard(internalKey('leader', String(this.target.key), String(lease.token)));
+      } catch (err) {
+        await lease.release();
+        if (this.stop.signal.aborted) return;
+        this.ports.logger.warn({ err, lock: this.target.name }, 'pgfence: leader session unavailable; retrying');
+        await delay(RETRY_MS, this.stop.signal);
+        continue;
+      }
+      const ended = this.beginTerm(lease, guard);
+      await ended;
+      await Promise.all([guard.release(), lease.release()]);
+      // Give the other candidates a moment before campaigning again.
+      await delay(RETRY_MS * (1 + Math.random()), this.stop.signal);
+    }
+  }
+
+  /** Leads until the lease or the guard is lost, or resign(); resolves when the term has ended. */
+  private beginTerm(lease: LeaseHandle, guard: LockHandle): Promise<void> {
+    if (this.stop.signal.aborted || lease.signal.aborted || guard.signal.aborted) return Promise.resolve();
+    const controller = new AbortController();
+    this.term = { epoch: lease.token, lease, guard, controller };
+    const onLost = (signal: AbortSignal) => () => this.endTerm((signal.reason as { reason?: string })?.reason ?? 'lost', signal.reason);
+    lease.signal.addEventListener('abort', onLost(lease.signal), { once: true });
+    guard.signal.addEventListener('abort', onLost(guard.signal), { once: true });
+    const ended = new Promise<void>((resolve) => controller.signal.addEventListener('abort', () => resolve(), { once: true }));
+    this.emit('elected', { epoch: lease.token } satisfies ElectedEvent);
+    return ended;
+  }
+
+  private endTerm(reason: string, cause?: unknown): void {
+    const term = this.term;
+    if (!term) return;
+    this.term = null;
+    term.controller.abort(cause ?? new Error(`leadership ended: ${reason}`));
+    this.emit('demoted', { epoch: term.epoch, reason } satisfies DemotedEvent);
+  }
+}
+
+function delay(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    }
+    signal.addEventListener('abort', done, { once: true });
+  });
+}
