@@ -22,9 +22,28 @@ const encoder = new TextEncoder();
  */
 export function lockKey(name: string, opts: { namespace?: string } = {}): bigint {
   if (typeof opts !== 'object' || opts === null) throw new InvalidArgumentError('opts', 'must be an object');
+  // Services take the same few names over and over: remember recent ones (already validated).
+  const cacheKey = typeof name === 'string' && (opts.namespace === undefined || typeof opts.namespace === 'string')
+    ? opts.namespace === undefined ? name : `${opts.namespace}\0${name}`
+    : null;
+  const cached = cacheKey === null ? undefined : recentKeys.get(cacheKey);
+  if (cached !== undefined) return cached;
+  const key = computeKey(name, opts.namespace);
+  if (cacheKey !== null) {
+    if (recentKeys.size >= RECENT_KEYS) recentKeys.delete(recentKeys.keys().next().value!);
+    recentKeys.set(cacheKey, key);
+  }
+  return key;
+}
+
+const RECENT_KEYS = 4096;
+/** Validated names (with their namespace, NUL-separated: neither can contain NUL) and their keys. */
+const recentKeys = new Map<string, bigint>();
+
+function computeKey(name: string, namespace: string | undefined): bigint {
   const nameBytes = nameToBytes('name', name);
-  if (opts.namespace === undefined) return hashKey(nameBytes);
-  const nsBytes = nameToBytes('namespace', opts.namespace);
+  if (namespace === undefined) return hashKey(nameBytes);
+  const nsBytes = nameToBytes('namespace', namespace);
   const bytes = new Uint8Array(nsBytes.length + 1 + nameBytes.length);
   bytes.set(nsBytes, 0);
   bytes.set(nameBytes, nsBytes.length + 1);

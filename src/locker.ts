@@ -146,8 +146,8 @@ class PgLocker extends EventEmitter implements Locker {
       {
         connectionString: o.connectionString,
         pool: o.pool,
-        // The sessions, the release listener, and two for short statements (leases, tokens, inspect).
-        poolSize: this.opts.maxSessions + 3,
+        // The sessions, the waiter session, the release listener, and two for short statements (leases, inspect).
+        poolSize: this.opts.maxSessions + 4,
         connectTimeoutMs: this.opts.deadlineMs,
       },
       this.opts.logger,
@@ -171,7 +171,7 @@ class PgLocker extends EventEmitter implements Locker {
         this.semaphores.onSessionLost(session, err);
       },
     );
-    this.locks = new AdvisoryLockManager(this.sessions, this.listener, this.observer);
+    this.locks = new AdvisoryLockManager(this.sessions, this.listener, this.observer, this.opts.deadlineMs);
     this.leases = new LeaseManager(this.source, this.sessions, this.listener, this.observer);
     this.semaphores = new SemaphoreManager(this.sessions, this.listener, this.observer);
   }

@@ -5,7 +5,7 @@ import { BaseHandle, type LockHandle } from './handle.js';
 export class CompositeLockHandle extends BaseHandle {
   constructor(readonly handles: readonly LockHandle[]) {
     // Identified by its first key in canonical order; the members carry their own names and keys.
-    super(null, handles[0]!.key, handles[0]!.mode, null);
+    super('lock', null, handles[0]!.key, handles[0]!.mode, null);
     for (const h of handles) {
       h.signal.addEventListener(
         'abort',

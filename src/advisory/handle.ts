@@ -1,5 +1,5 @@
 import type { LockLostError } from '../errors.js';
-import type { LockMode } from '../observe/observer.js';
+import type { LockKind, LockMode } from '../observe/observer.js';
 
 /** A held lock. Release it (or let `await using` do so); watch `signal` to learn of its loss. */
 export interface LockHandle {
@@ -21,14 +21,16 @@ export interface LockHandle {
  * `signal` exactly once. Subclasses say how to give the lock back.
  */
 export abstract class BaseHandle implements LockHandle {
-  readonly acquiredAt = new Date();
   /** performance.now() at grant, for hold durations. */
   readonly grantedAt = performance.now();
-  private readonly controller = new AbortController();
+  private readonly grantedEpochMs = Date.now();
+  // Created on first use: most handles are released without anyone reading their signal.
+  private controller: AbortController | null = null;
   state: 'held' | 'released' | 'lost' = 'held';
   private releasing: Promise<boolean> | null = null;
 
   constructor(
+    readonly kind: LockKind,
     readonly name: string | null,
     readonly key: bigint,
     readonly mode: LockMode,
@@ -36,7 +38,11 @@ export abstract class BaseHandle implements LockHandle {
   ) {}
 
   get signal(): AbortSignal {
-    return this.controller.signal;
+    return (this.controller ??= new AbortController()).signal;
+  }
+
+  get acquiredAt(): Date {
+    return new Date(this.grantedEpochMs);
   }
 
   get held(): boolean {
@@ -64,7 +70,7 @@ export abstract class BaseHandle implements LockHandle {
   markLost(err: LockLostError): boolean {
     if (this.state !== 'held') return false;
     this.state = 'lost';
-    this.controller.abort(err);
+    (this.controller ??= new AbortController()).abort(err);
     return true;
   }
 

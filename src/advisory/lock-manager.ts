@@ -1,8 +1,15 @@
-import { LockLostError, LockTimeoutError, LockUnavailableError, PgfenceError, type LockLostReason } from '../errors.js';
+import {
+  LockLostError,
+  LockTimeoutError,
+  LockUnavailableError,
+  PgfenceError,
+  schemaMissingError,
+  type LockLostReason,
+} from '../errors.js';
 import type { LockTarget } from '../keys.js';
 import type { LockMode, Observer } from '../observe/observer.js';
 import { setLongTimeout } from '../options.js';
-import { Op, type OpCode } from '../session/advisory-sql.js';
+import { blockingLockSql, Op, type OpCode } from '../session/advisory-sql.js';
 import type { ReleaseListener } from '../session/listener.js';
 import type { Session } from '../session/session.js';
 import type { SessionPool } from '../session/session-pool.js';
@@ -26,6 +33,20 @@ const FIRST_POLL_MS = 50;
 const MAX_POLL_MS = 1000;
 /** A marker registration that collided with a release probe is retried this soon. */
 const REREGISTER_MS = 5;
+/** How long a cancelled blocking wait may take to leave the server's queue before its caller is answered anyway. */
+const CANCEL_GRACE_MS = 250;
+/** After seeing a key busy, this locker's fresh tries stand back for waiters elsewhere this long. */
+const CONTENDED_MS = 1000;
+
+function registersMarker(code: OpCode): boolean {
+  return (
+    code === Op.waitTryExclusive ||
+    code === Op.waitTryShared ||
+    code === Op.waitPoliteTryExclusive ||
+    code === Op.waitPoliteTryShared ||
+    code === Op.registerMarker
+  );
+}
 
 interface Waiter {
   readonly request: AcquireRequest;
@@ -68,15 +89,22 @@ interface KeyState {
  * Session advisory locks of one locker. Per key it keeps the local holders and a FIFO queue of
  * local waiters, and drives at most one database operation at a time:
  *
- * - a fresh request tries politely (it yields to waiters of other processes: no barging);
- * - a request that finds the lock busy registers a marker for its key and waits for the NOTIFY that a
- *   release sends when it sees a marker, with a backing-off poll for releases nobody announced;
- * - only the head of the local queue talks to the database, so N local waiters cost one marker.
+ * - a fresh request tries once (politely, standing back for waiters elsewhere, when this locker has
+ *   seen the key contended);
+ * - the first busy key waits on the locker's waiter session, blocked in pg_advisory_lock: PostgreSQL
+ *   queues it FIFO and grants it the moment the lock is released, and a blocked waiter makes every
+ *   other try fail, so nobody barges. The lock then lives on the waiter session until released;
+ * - other busy keys (the waiter session is taken) register a marker for the key and wait for the
+ *   NOTIFY a release sends when it sees a marker, with a backing-off poll for releases nobody
+ *   announced: waiters for distinct keys never each pin a connection;
+ * - only the head of the local queue talks to the database, so N local waiters cost one wait.
  *
  * A key is held at most once per session on the server; several local shared holders share that hold.
  */
 export class AdvisoryLockManager {
   private readonly states = new Map<bigint, KeyState>();
+  /** The wait in progress on the waiter session, if any. */
+  private blocking: { state: KeyState; waiter: Waiter; session: Session; cancelling?: boolean; onEnd?: () => void } | null = null;
   private waitingCount = 0;
   private heldCount = 0;
   closed = false;
@@ -85,6 +113,8 @@ export class AdvisoryLockManager {
     private readonly sessions: SessionPool,
     private readonly listener: ReleaseListener,
     private readonly observer: Observer,
+    /** Extra time a blocked wait's answer may take beyond its lock_timeout. */
+    private readonly deadlineMs: number,
   ) {}
 
   get held(): number {
@@ -158,6 +188,7 @@ export class AdvisoryLockManager {
   /** Releases every held lock, fails every waiter, and stops. */
   async close(): Promise<void> {
     this.closed = true;
+    if (this.blocking) void this.sessions.cancel(this.blocking.session);
     const unlocks: Promise<boolean>[] = [];
     for (const state of this.states.values()) {
       for (const w of [...state.queue]) this.settle(state, w, () => w.reject(new LockUnavailableError('the locker was closed')));
@@ -172,7 +203,7 @@ export class AdvisoryLockManager {
     const state = this.states.get(handle.key);
     if (!state || !state.holders.has(handle) || !handle.markReleased()) return Promise.resolve(false);
     this.dropHolder(state, handle);
-    this.observer.released({ ...handle.info(), token: handle.token, holdMs: handle.holdMs });
+    this.observer.released(handle, handle.holdMs);
     if (state.holders.size > 0) return Promise.resolve(true); // other local shared holders keep the server hold
     return new Promise((resolve) => {
       state.releaseWaiters.push(resolve);
@@ -231,23 +262,23 @@ export class AdvisoryLockManager {
     }
     const shared = head.request.mode === 'shared';
     let code: OpCode;
-    if (!head.waiting) code = shared ? Op.politeTryShared : Op.politeTryExclusive;
-    else if (state.markerSession === session) code = shared ? Op.tryShared : Op.tryExclusive;
-    else if (head.yielded) code = Op.registerMarker;
+    if (!head.waiting) {
+      const polite = state.contendedUntil > performance.now();
+      code = polite ? (shared ? Op.politeTryShared : Op.politeTryExclusive) : shared ? Op.tryShared : Op.tryExclusive;
+    } else if (state.markerSession === session) code = shared ? Op.tryShared : Op.tryExclusive;
+    // Having stood back for other waiters, announce and look again politely: a release in between is not missed.
+    else if (head.yielded) code = shared ? Op.waitPoliteTryShared : Op.waitPoliteTryExclusive;
     else code = shared ? Op.waitTryShared : Op.waitTryExclusive;
     state.busy = true;
     state.wakePending = false;
     this.clearPoll(state);
-    const op =
-      head.request.fencing && code !== Op.registerMarker
-        ? session.runFenced(code, state.key)
-        : session.run(code, state.key).then((result) => ({ result, token: null }));
+    const op = head.request.fencing
+      ? session.runFenced(code, state.key)
+      : session.run(code, state.key).then((result) => ({ result, token: null }));
     op.then(
       ({ result, token }) => {
         state.busy = false;
-        if (code === Op.waitTryExclusive || code === Op.waitTryShared || code === Op.registerMarker) {
-          if ((result & 2) === 0) state.markerSession = session;
-        }
+        if (registersMarker(code) && (result & 2) === 0) state.markerSession = session;
         if ((result & 1) === 1) {
           state.heldMode = head.request.mode;
           state.session = session;
@@ -256,7 +287,8 @@ export class AdvisoryLockManager {
           this.pump(state);
           return;
         }
-        head.yielded = result === 4;
+        head.yielded = (result & 4) === 4;
+        state.contendedUntil = performance.now() + CONTENDED_MS;
         this.onBusy(state, head, (result & 2) === 2);
       },
       (err: Error) => {
@@ -286,6 +318,7 @@ export class AdvisoryLockManager {
     if (!head.waiting) {
       head.waiting = true;
       this.contended(head);
+      if (this.canBlock()) return this.blockFor(state, head);
       // Listen before announcing the wait, so that no announcement can be missed.
       state.busy = true;
       void this.listener.ensure().then(() => {
@@ -295,8 +328,71 @@ export class AdvisoryLockManager {
       });
       return;
     }
+    if (this.canBlock()) return this.blockFor(state, head);
     if (state.wakePending) this.wake(state);
     else this.schedulePoll(state, registrationFailed ? REREGISTER_MS : undefined);
+  }
+
+  /** The waiter session is free: open, not waiting, and holding nothing (a wait never blocks a release). */
+  private canBlock(): boolean {
+    if (this.blocking || this.closed) return false;
+    for (const st of this.states.values()) {
+      if (st.heldMode && this.sessions.isWaiterSession(st.session)) return false;
+    }
+    return true;
+  }
+
+  /** Waits for the head's key in PostgreSQL's own queue, on the waiter session. */
+  private blockFor(state: KeyState, head: Waiter): void {
+    let session: Session;
+    try {
+      session = this.sessions.waiterSession();
+    } catch {
+      return this.schedulePoll(state);
+    }
+    const { mode, timeoutMs, fencing } = head.request;
+    const remaining = timeoutMs === Infinity ? Infinity : head.startedAt + timeoutMs - performance.now();
+    if (remaining <= 0) return this.schedulePoll(state, 1); // the timer settles the head
+    const blocking: NonNullable<typeof this.blocking> = { state, waiter: head, session };
+    this.blocking = blocking;
+    state.busy = true;
+    this.clearPoll(state);
+    const lockTimeout = remaining === Infinity ? '0' : `${Math.max(1, Math.ceil(remaining))}ms`;
+    session
+      .statement<{ token: string | null }>(blockingLockSql(mode === 'shared', fencing).text, [state.key, lockTimeout], {
+        deadlineMs: remaining + this.deadlineMs,
+      })
+      .then(
+        (rows) => {
+          this.blocking = null;
+          state.busy = false;
+          blocking.onEnd?.(); // a cancelled waiter settles now; the grant below then goes straight back
+          state.heldMode = mode;
+          state.session = session;
+          const token = rows[0]?.token;
+          if (!head.settled) this.grant(state, head, session, token ? BigInt(token) : null);
+          this.pump(state);
+        },
+        (err: unknown) => {
+          this.blocking = null;
+          state.busy = false;
+          blocking.onEnd?.();
+          const code = (err as { code?: unknown })?.code;
+          if (code === '55P03' || code === '57014' || (err instanceof SessionLostError && err.connected)) {
+            // The wait ran out or was cancelled (the timer or the signal settles the head), or the session died: go on.
+            if (!head.settled && !this.closed) this.schedulePoll(state, 1);
+            else this.pump(state);
+            return;
+          }
+          // Taken but its token failed (say, the schema is missing): give the lock back, report why.
+          if (!(err instanceof SessionLostError)) {
+            session.run(mode === 'shared' ? Op.unlockShared : Op.unlockExclusive, state.key).catch(() => {});
+          }
+          const failure = schemaMissingError(err) ?? (err instanceof PgfenceError ? err : new LockUnavailableError(String((err as Error)?.message), { cause: err }));
+          this.settle(state, head, () => head.reject(failure));
+          this.pump(state);
+        },
+      );
   }
 
   private unlock(state: KeyState): void {
@@ -336,7 +432,7 @@ export class AdvisoryLockManager {
     const waitMs = performance.now() - waiter.startedAt;
     this.settle(state, waiter, () => waiter.resolve(handle));
     if (ttlMs !== undefined) handle.cancelTtl = setLongTimeout(() => this.expire(handle), ttlMs, true);
-    this.observer.acquired({ ...handle.info(), token, waitMs });
+    this.observer.acquired(handle, waitMs);
   }
 
   /** Local shared holders admit a shared request at the head of the queue, unless others wait elsewhere. */
@@ -352,7 +448,7 @@ export class AdvisoryLockManager {
   private contended(waiter: Waiter): void {
     if (waiter.contended) return;
     waiter.contended = true;
-    this.observer.contention({ ...info(waiter.request), kind: 'lock' });
+    this.observer.contention(info(waiter.request));
   }
 
   private wake(state: KeyState): void {
@@ -384,6 +480,19 @@ export class AdvisoryLockManager {
   /** Timeout or abort: the waiter leaves the queue; a grant still in flight for it is given back by pump(). */
   private giveUp(state: KeyState, waiter: Waiter, abortReason: unknown): void {
     if (waiter.settled) return;
+    const blocking = this.blocking;
+    if (blocking?.waiter === waiter && !blocking.cancelling) {
+      // Interrupt the blocked wait and settle once it has left PostgreSQL's queue (so that, when this call
+      // rejects, nothing of it is left in the database), or after a short grace if the server is silent.
+      blocking.cancelling = true;
+      void this.sessions.cancel(blocking.session);
+      const grace = setTimeout(() => this.giveUp(state, waiter, abortReason), CANCEL_GRACE_MS);
+      blocking.onEnd = () => {
+        clearTimeout(grace);
+        this.giveUp(state, waiter, abortReason);
+      };
+      return;
+    }
     if (abortReason !== null) {
       this.settle(state, waiter, () => waiter.reject(abortReason));
     } else if (this.unreachable(state)) {
@@ -391,7 +500,7 @@ export class AdvisoryLockManager {
       this.settle(state, waiter, () => waiter.reject(err));
     } else {
       const waitMs = performance.now() - waiter.startedAt;
-      this.observer.timeout({ ...info(waiter.request), kind: 'lock', waitMs });
+      this.observer.timeout(info(waiter.request), waitMs);
       this.settle(state, waiter, () => waiter.resolve(null));
     }
     this.pump(state);
@@ -429,7 +538,7 @@ export class AdvisoryLockManager {
     const err = new LockLostError(handle.name, handle.key, reason, { cause });
     if (!handle.markLost(err)) return;
     this.dropHolder(state, handle);
-    this.observer.lost({ ...handle.info(), token: handle.token, holdMs: handle.holdMs, reason, error: err });
+    this.observer.lost(handle, handle.holdMs, reason, err);
   }
 
   private timeoutError(waiter: Waiter): LockTimeoutError {
@@ -460,7 +569,7 @@ export class AdvisoryLockManager {
 }
 
 function info(request: AcquireRequest) {
-  return { name: request.target.name, key: request.target.key, mode: request.mode };
+  return { kind: 'lock' as const, name: request.target.name, key: request.target.key, mode: request.mode };
 }
 
 /** A session advisory lock held by this locker. */
@@ -475,14 +584,11 @@ export class AdvisoryLockHandle extends BaseHandle {
     token: bigint | null,
     /** @internal the session id the lock lives on */ readonly sessionId: number,
   ) {
-    super(name, key, mode, token);
+    super('lock', name, key, mode, token);
   }
 
   protected doRelease(): Promise<boolean> {
     return this.manager.release(this);
   }
 
-  info() {
-    return { kind: 'lock' as const, name: this.name, key: this.key, mode: this.mode };
-  }
 }

@@ -93,7 +93,7 @@ export class SemaphoreManager {
 
   /** @internal */ async release(handle: PermitHandle): Promise<boolean> {
     if (!this.holding.delete(handle) || !handle.markReleased()) return false;
-    this.observer.released({ ...handle.info(), token: null, holdMs: handle.holdMs });
+    this.observer.released(handle, handle.holdMs);
     try {
       const rows = await handle.session.statement<{ released: boolean }>(releaseSlotSql, [handle.key, handle.baseKey]);
       return rows[0]!.released;
@@ -108,7 +108,7 @@ export class SemaphoreManager {
     if (!this.holding.delete(handle)) return;
     const err = new LockLostError(handle.name, handle.key, 'session-lost', { cause });
     if (!handle.markLost(err)) return;
-    this.observer.lost({ ...handle.info(), token: null, holdMs: handle.holdMs, reason: 'session-lost', error: err });
+    this.observer.lost(handle, handle.holdMs, 'session-lost', err);
   }
 
   private async attempt(request: PermitRequest, polite: boolean): Promise<Attempt<PermitHandle>> {
@@ -140,9 +140,9 @@ export class SemaphoreManager {
       const created: WaitLine<PermitRequest, PermitHandle> = new WaitLine(baseKey, this.sessions, this.listener, {
         attempt: (request, polite) => this.attempt(request, polite),
         giveBack: (handle) => void handle.release(),
-        granted: (_request, handle, waitMs) => this.observer.acquired({ ...handle.info(), token: null, waitMs }),
+        granted: (_request, handle, waitMs) => this.observer.acquired(handle, waitMs),
         contention: (request) => this.observer.contention(info(request)),
-        timeout: (request, waitMs) => this.observer.timeout({ ...info(request), waitMs }),
+        timeout: (request, waitMs) => this.observer.timeout(info(request), waitMs),
         timeoutError: (request) => new LockTimeoutError(request.target.name, request.target.key, request.timeoutMs),
         idle: () => {
           if (this.lines.get(baseKey) === created) this.lines.delete(baseKey);
@@ -169,13 +169,10 @@ export class PermitHandle extends BaseHandle {
     slot: bigint,
     readonly session: Session,
   ) {
-    super(request.target.name, slot, 'exclusive', null);
+    super('semaphore', request.target.name, slot, 'exclusive', null);
     this.baseKey = request.baseKey;
   }
 
-  info() {
-    return { kind: 'semaphore' as const, name: this.name, key: this.key, mode: 'exclusive' as const };
-  }
 
   protected doRelease(): Promise<boolean> {
     return this.manager.release(this);

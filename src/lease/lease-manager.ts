@@ -115,7 +115,7 @@ export class LeaseManager {
   /** @internal */ async release(handle: LeaseHandleImpl): Promise<boolean> {
     if (!this.holding.delete(handle) || !handle.markReleased()) return false;
     handle.stopTimers();
-    this.observer.released({ ...handle.info(), token: handle.token, holdMs: handle.holdMs });
+    this.observer.released(handle, handle.holdMs);
     try {
       const { rows } = await this.source.pool.query<{ released: boolean }>(releaseLeaseSql, [handle.key, handle.token]);
       return rows[0]!.released;
@@ -131,7 +131,7 @@ export class LeaseManager {
     const err = new LockLostError(handle.name, handle.key, reason, { cause });
     if (!handle.markLost(err)) return;
     handle.stopTimers();
-    this.observer.lost({ ...handle.info(), token: handle.token, holdMs: handle.holdMs, reason, error: err });
+    this.observer.lost(handle, handle.holdMs, reason, err);
   }
 
   // ---- waiting ----
@@ -167,9 +167,9 @@ export class LeaseManager {
       const created: WaitLine<LeaseRequest, LeaseHandleImpl> = new WaitLine(key, this.sessions, this.listener, {
         attempt: (request) => this.attempt(request),
         giveBack: (handle) => void handle.release(),
-        granted: (request, handle, waitMs) => this.observer.acquired({ ...handle.info(), token: handle.token, waitMs }),
+        granted: (_request, handle, waitMs) => this.observer.acquired(handle, waitMs),
         contention: (request) => this.observer.contention(info(request)),
-        timeout: (request, waitMs) => this.observer.timeout({ ...info(request), waitMs }),
+        timeout: (request, waitMs) => this.observer.timeout(info(request), waitMs),
         timeoutError: (request) => new LockTimeoutError(request.target.name, request.target.key, request.timeoutMs),
         idle: () => {
           if (this.lines.get(key) === created) this.lines.delete(key);
@@ -208,7 +208,7 @@ export class LeaseHandleImpl extends BaseHandle implements LeaseHandle {
     expiresAt: Date,
     sentAt: number,
   ) {
-    super(request.target.name, request.target.key, 'exclusive', token);
+    super('lease', request.target.name, request.target.key, 'exclusive', token);
     this.owner = request.owner;
     this.data = request.data;
     this.ttlMs = request.ttlMs;
@@ -217,9 +217,6 @@ export class LeaseHandleImpl extends BaseHandle implements LeaseHandle {
     if (request.renew) this.scheduleRenewal(this.ttlMs / 3);
   }
 
-  info() {
-    return { kind: 'lease' as const, name: this.name, key: this.key, mode: 'exclusive' as const };
-  }
 
   /** How much earlier than the database's expiry the holder stops trusting its lease. */
   static marginMs(ttlMs: number): number {

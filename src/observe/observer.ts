@@ -1,5 +1,5 @@
 import type { EventEmitter } from 'node:events';
-import type { Logger } from './logger.js';
+import { type Logger, silentLogger } from './logger.js';
 import type { Meter, MeterInstruments } from './metrics.js';
 import { createInstruments } from './metrics.js';
 
@@ -44,14 +44,20 @@ export interface LockerStats {
   sessions: number;
 }
 
+/** A held lock as the observer sees it (every handle is one). */
+export interface HeldLockInfo extends LockEventInfo {
+  readonly token: bigint | null;
+}
+
 /**
  * The one place lock life-cycle facts go: events on the locker, log lines, metrics and counters.
- * Lock code reports facts; it never formats a log line itself.
+ * Lock code reports facts; it never formats a log line itself. Payloads are only built when a
+ * listener, a logger or a meter will read them (the hot path of a silent locker stays cheap).
  */
 export class Observer {
   private readonly counts = { acquired: 0, released: 0, timeouts: 0, lost: 0, contention: 0 };
   private readonly instruments: MeterInstruments | null;
-  held = 0;
+  private readonly logs: boolean;
 
   constructor(
     private readonly emitter: EventEmitter,
@@ -60,49 +66,63 @@ export class Observer {
     heldNow: () => number,
   ) {
     this.instruments = meter ? createInstruments(meter, heldNow) : null;
+    this.logs = logger !== silentLogger;
   }
 
-  acquired(ev: AcquiredEvent): void {
+  private wanted(event: string): boolean {
+    return this.logs || this.instruments !== null || this.emitter.listenerCount(event) > 0;
+  }
+
+  acquired(lock: HeldLockInfo, waitMs: number): void {
     this.counts.acquired++;
+    if (!this.wanted('acquired')) return;
+    const ev: AcquiredEvent = { ...snapshot(lock), token: lock.token, waitMs };
     this.instruments?.acquired(ev);
-    this.logger.debug(eventLog(ev, { token: ev.token, waitMs: round(ev.waitMs) }), 'pgfence: acquired');
+    if (this.logs) this.logger.debug(eventLog(ev, { token: ev.token, waitMs: round(waitMs) }), 'pgfence: acquired');
     this.emitter.emit('acquired', ev);
   }
 
-  released(ev: ReleasedEvent): void {
+  released(lock: HeldLockInfo, holdMs: number): void {
     this.counts.released++;
+    if (!this.wanted('released')) return;
+    const ev: ReleasedEvent = { ...snapshot(lock), token: lock.token, holdMs };
     this.instruments?.released(ev);
-    this.logger.debug(eventLog(ev, { token: ev.token, holdMs: round(ev.holdMs) }), 'pgfence: released');
+    if (this.logs) this.logger.debug(eventLog(ev, { token: ev.token, holdMs: round(holdMs) }), 'pgfence: released');
     this.emitter.emit('released', ev);
   }
 
-  timeout(ev: TimeoutEvent): void {
+  timeout(lock: LockEventInfo, waitMs: number): void {
     this.counts.timeouts++;
+    const ev: TimeoutEvent = { ...snapshot(lock), waitMs };
     this.instruments?.timeout(ev);
-    this.logger.warn(eventLog(ev, { waitMs: round(ev.waitMs) }), 'pgfence: timed out waiting for lock');
+    this.logger.warn(eventLog(ev, { waitMs: round(waitMs) }), 'pgfence: timed out waiting for lock');
     this.emitter.emit('timeout', ev);
   }
 
-  lost(ev: LostEvent): void {
+  lost(lock: HeldLockInfo, holdMs: number, reason: string, error: Error): void {
     this.counts.lost++;
+    const ev: LostEvent = { ...snapshot(lock), token: lock.token, holdMs, reason, error };
     this.instruments?.lost(ev);
-    this.logger.warn(
-      eventLog(ev, { token: ev.token, holdMs: round(ev.holdMs), reason: ev.reason, err: ev.error }),
-      'pgfence: lock lost',
-    );
+    this.logger.warn(eventLog(ev, { token: ev.token, holdMs: round(holdMs), reason, err: error }), 'pgfence: lock lost');
     this.emitter.emit('lost', ev);
   }
 
-  contention(ev: ContentionEvent): void {
+  contention(lock: LockEventInfo): void {
     this.counts.contention++;
+    if (!this.wanted('contention')) return;
+    const ev: ContentionEvent = snapshot(lock);
     this.instruments?.contention(ev);
-    this.logger.debug(eventLog(ev, {}), 'pgfence: lock busy, waiting');
+    if (this.logs) this.logger.debug(eventLog(ev, {}), 'pgfence: lock busy, waiting');
     this.emitter.emit('contention', ev);
   }
 
   counters(): Omit<LockerStats, 'held' | 'waiting' | 'sessions'> {
     return { ...this.counts };
   }
+}
+
+function snapshot(lock: LockEventInfo): LockEventInfo {
+  return { kind: lock.kind, name: lock.name, key: lock.key, mode: lock.mode };
 }
 
 function eventLog(ev: LockEventInfo, extra: Record<string, unknown>): Record<string, unknown> {

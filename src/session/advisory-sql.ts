@@ -30,6 +30,9 @@ export const Op = {
   unregisterMarker: 9,
   /** Register this session's marker without trying: 0 = registered, 2 = registration failed. */
   registerMarker: 10,
+  /** Register this session's marker, then try politely: bits as waitTry, plus 4 = stood back for other waiters. */
+  waitPoliteTryExclusive: 11,
+  waitPoliteTryShared: 12,
 } as const;
 export type OpCode = (typeof Op)[keyof typeof Op];
 
@@ -49,13 +52,17 @@ const exprs: Record<OpCode, (k: string, hi: string, lo: string) => string> = {
     `(CASE WHEN pg_try_advisory_lock_shared(${hi}, ${lo}) THEN 0 ELSE 2 END) + pg_try_advisory_lock_shared(${k})::int`,
   [Op.unregisterMarker]: (_k, hi, lo) => `pg_advisory_unlock_shared(${hi}, ${lo})::int`,
   [Op.registerMarker]: (_k, hi, lo) => `CASE WHEN pg_try_advisory_lock_shared(${hi}, ${lo}) THEN 0 ELSE 2 END`,
+  [Op.waitPoliteTryExclusive]: (k, hi, lo) =>
+    `(CASE WHEN pg_try_advisory_lock_shared(${hi}, ${lo}) THEN 0 ELSE 2 END) + ${exprs[Op.politeTryExclusive](k, hi, lo)}`,
+  [Op.waitPoliteTryShared]: (k, hi, lo) =>
+    `(CASE WHEN pg_try_advisory_lock_shared(${hi}, ${lo}) THEN 0 ELSE 2 END) + ${exprs[Op.politeTryShared](k, hi, lo)}`,
 };
 
 function unlockExpr(unlock: string, k: string, hi: string, lo: string): string {
   // An exclusive probe of the marker succeeds only when no other session waits (own markers never conflict).
   return `CASE WHEN NOT ${unlock} THEN 0
     WHEN pg_try_advisory_lock(${hi}, ${lo}) AND pg_advisory_unlock(${hi}, ${lo}) THEN 1
-    ELSE (SELECT 3 FROM set_config('synchronous_commit', 'off', true), pg_notify('${NOTIFY_CHANNEL}', ${k}::text)) END`;
+    ELSE 3 + 0 * length(set_config('synchronous_commit', 'off', true)) + (pg_notify('${NOTIFY_CHANNEL}', ${k}::text) IS NULL)::int END`;
 }
 
 export const hiOf = (k: string) => `(${k} >> 32)::int4`;
@@ -87,7 +94,7 @@ export const batchSql = {
  * by pgfence.next_token) covers both. Only try operations are ever fenced.
  */
 export const fencedSingleOpSql: Partial<Record<OpCode, { name: string; text: string }>> = Object.fromEntries(
-  ([Op.tryExclusive, Op.politeTryExclusive, Op.waitTryExclusive] as OpCode[]).map((code) => {
+  ([Op.tryExclusive, Op.politeTryExclusive, Op.waitTryExclusive, Op.waitPoliteTryExclusive] as OpCode[]).map((code) => {
     const k = '$1::int8';
     return [
       code,
@@ -107,6 +114,19 @@ export const fencedBatchSql = {
 FROM (${batchRows} OFFSET 0) AS s
 ORDER BY s.i`,
 };
+
+/**
+ * A blocking wait, on the locker's waiter session only: PostgreSQL queues it FIFO and grants it the
+ * moment the lock is free. $1 key, $2 lock_timeout ('0' = none), set first in the same statement.
+ */
+export function blockingLockSql(shared: boolean, fenced: boolean): { name: string; text: string } {
+  const fn = shared ? 'pg_advisory_lock_shared' : 'pg_advisory_lock';
+  const token = fenced ? 'pgfence.next_token($1::int8)::text' : 'NULL::text';
+  return {
+    name: `pgfence_block_${shared ? 'sh' : 'ex'}${fenced ? '_fenced' : ''}`,
+    text: `SELECT set_config('lock_timeout', $2::text, false) AS lock_timeout, ${fn}($1::int8) AS locked, ${token} AS token`,
+  };
+}
 
 /** The advisory locks (keys and markers) a session holds, to reconcile after a failed batch. */
 export const heldBySessionSql = `SELECT objsubid::int AS space, ((classid::int8 << 32) | objid::int8) AS key, mode

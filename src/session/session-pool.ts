@@ -9,6 +9,8 @@ import { Session } from './session.js';
  */
 export class SessionPool {
   private readonly slots: (Session | null)[];
+  /** The session that blocks in pg_advisory_lock for one contended key at a time (PostgreSQL's FIFO queue). */
+  private waiter: Session | null = null;
   private nextId = 1;
   private closed = false;
 
@@ -30,8 +32,32 @@ export class SessionPool {
     const slot = this.slotOf(key);
     const current = this.slots[slot];
     if (current && current.state !== 'dead') return current;
+    const session = this.open();
+    this.slots[slot] = session;
+    return session;
+  }
+
+  /** The waiter session, opening a new one if needed. */
+  waiterSession(): Session {
+    if (this.waiter && this.waiter.state !== 'dead') return this.waiter;
+    this.waiter = this.open();
+    return this.waiter;
+  }
+
+  isWaiterSession(session: Session | null): boolean {
+    return session !== null && session === this.waiter;
+  }
+
+  /** Interrupts the statement a session is running (a blocking wait), from another connection. */
+  async cancel(session: Session): Promise<void> {
+    const pid = session.processId;
+    if (pid === null) return;
+    await this.source.pool.query('SELECT pg_cancel_backend($1)', [pid]).catch(() => {});
+  }
+
+  private open(): Session {
     if (this.closed) throw new Error('session pool closed');
-    const session = new Session({
+    return new Session({
       id: this.nextId++,
       source: this.source,
       keepaliveMs: this.opts.keepaliveMs,
@@ -39,8 +65,6 @@ export class SessionPool {
       logger: this.opts.logger,
       onLost: this.onLost,
     });
-    this.slots[slot] = session;
-    return session;
   }
 
   /** The key's session as it is now (possibly dead), without opening one. */
@@ -50,11 +74,12 @@ export class SessionPool {
 
   /** Sessions currently open or opening. */
   live(): Session[] {
-    return this.slots.filter((s): s is Session => s !== null && s.state !== 'dead');
+    return [...this.slots, this.waiter].filter((s): s is Session => s !== null && s.state !== 'dead');
   }
 
   close(): void {
     this.closed = true;
     for (const s of this.slots) s?.close();
+    this.waiter?.close();
   }
 }

@@ -26,8 +26,8 @@ interface PendingOp {
   fenced: boolean;
   resolve(result: number, token: bigint | null): void;
   reject(err: Error): void;
-  /** A statement of its own (semaphores), sent alone in order with the batches. */
-  statement?: { text: string; values: unknown[]; done(rows: unknown[]): void };
+  /** A statement of its own (semaphores, blocking waits), sent alone in order with the batches. */
+  statement?: { text: string; values: unknown[]; done(rows: unknown[]): void; deadlineMs?: number };
 }
 const PROBE = 0;
 
@@ -59,8 +59,12 @@ export class Session {
   private pending: PendingOp[] = [];
   private inFlight: PendingOp[] | null = null;
   private flushQueued = false;
-  private deadlineTimer: NodeJS.Timeout | null = null;
-  private keepaliveTimer: NodeJS.Timeout | null = null;
+  /** One timer per session checks both the statement deadline and the keepalive cadence. */
+  private ticker: NodeJS.Timeout | null = null;
+  /** performance.now() when the statement in flight was sent, and when the session last heard back. */
+  private sentAt = 0;
+  private inFlightDeadlineMs = 0;
+  private lastActivity = 0;
   readonly ready: Promise<void>;
 
   constructor(private readonly opts: SessionOptions) {
@@ -83,7 +87,7 @@ export class Session {
    * Queues a statement of its own on this session, in order with the operations around it. It must
    * not block, and a failure must leave no lock taken (the batch reconciliation does not cover it).
    */
-  statement<R>(text: string, values: unknown[]): Promise<R[]> {
+  statement<R>(text: string, values: unknown[], opts: { deadlineMs?: number } = {}): Promise<R[]> {
     return new Promise((resolve, reject) => {
       if (this.state === 'dead') return reject(this.lostError());
       this.pending.push({
@@ -92,7 +96,7 @@ export class Session {
         fenced: false,
         resolve: () => {},
         reject,
-        statement: { text, values, done: (rows) => resolve(rows as R[]) },
+        statement: { text, values, done: (rows) => resolve(rows as R[]), deadlineMs: opts.deadlineMs },
       });
       this.scheduleFlush();
     });
@@ -129,7 +133,8 @@ export class Session {
       this.state = 'ready';
       this.everReady = true;
       this.scheduleFlush();
-      this.armKeepalive();
+      this.lastActivity = performance.now();
+      this.startTicker();
     } catch (err) {
       this.die(err instanceof Error ? err : new Error(String(err)));
       throw this.lostError();
@@ -150,11 +155,9 @@ export class Session {
     if (this.state !== 'ready' || this.inFlight || this.pending.length === 0 || !this.conn) return;
     const batch = this.takeBatch();
     this.inFlight = batch;
-    this.disarmKeepalive();
-    this.deadlineTimer = setTimeout(
-      () => this.die(new LockUnavailableError(`PostgreSQL did not answer within ${this.opts.deadlineMs} ms`)),
-      this.opts.deadlineMs,
-    );
+    this.sentAt = performance.now();
+    // A blocking wait may take its whole lock_timeout before the server answers.
+    this.inFlightDeadlineMs = batch[0]!.statement?.deadlineMs ?? this.opts.deadlineMs;
     const ops = batch.filter((op) => op.code !== PROBE) as (PendingOp & { code: OpCode })[];
     const statement = batch[0]!.statement;
     try {
@@ -170,13 +173,11 @@ export class Session {
       await this.reconcile(ops, err as Error);
       for (const op of batch) if (op.code === PROBE) op.resolve(1, null);
     } finally {
-      if (this.deadlineTimer) clearTimeout(this.deadlineTimer);
-      this.deadlineTimer = null;
+      this.lastActivity = performance.now();
       if (this.inFlight === batch) this.inFlight = null;
     }
     if (this.state !== 'ready') return;
     if (this.pending.length > 0) void this.flush();
-    else this.armKeepalive();
   }
 
   /**
@@ -258,20 +259,26 @@ export class Session {
     }
   }
 
-  private armKeepalive(): void {
-    this.disarmKeepalive();
-    this.keepaliveTimer = setTimeout(() => {
-      this.keepaliveTimer = null;
-      if (this.state !== 'ready' || this.inFlight || this.pending.length > 0) return;
-      this.pending.push({ code: PROBE, key: 0n, fenced: false, resolve: () => {}, reject: () => {} });
-      void this.flush();
-    }, this.opts.keepaliveMs);
-    this.keepaliveTimer.unref();
-  }
-
-  private disarmKeepalive(): void {
-    if (this.keepaliveTimer) clearTimeout(this.keepaliveTimer);
-    this.keepaliveTimer = null;
+  /**
+   * Every tick: a statement in flight past the deadline kills the session; an idle session is probed
+   * once keepaliveMs has passed since it last heard from the server. Loss is therefore noticed within
+   * keepaliveMs + deadlineMs (+ one tick) of the last sign of life.
+   */
+  private startTicker(): void {
+    const tickMs = Math.max(10, Math.min(this.opts.keepaliveMs, this.opts.deadlineMs) / 4);
+    this.ticker = setInterval(() => {
+      if (this.state !== 'ready') return;
+      const now = performance.now();
+      if (this.inFlight) {
+        if (now - this.sentAt > this.inFlightDeadlineMs) {
+          this.die(new LockUnavailableError(`PostgreSQL did not answer within ${Math.round(this.inFlightDeadlineMs)} ms`));
+        }
+      } else if (this.pending.length === 0 && now - this.lastActivity >= this.opts.keepaliveMs) {
+        this.pending.push({ code: PROBE, key: 0n, fenced: false, resolve: () => {}, reject: () => {} });
+        void this.flush();
+      }
+    }, tickMs);
+    this.ticker.unref();
   }
 
   private everReady = false;
@@ -290,8 +297,7 @@ export class Session {
     const wasReady = this.state === 'ready';
     this.state = 'dead';
     this.deathCause = err;
-    this.disarmKeepalive();
-    if (this.deadlineTimer) clearTimeout(this.deadlineTimer);
+    if (this.ticker) clearInterval(this.ticker);
     this.conn?.destroy();
     const lost = this.lostError();
     const failed = [...(this.inFlight ?? []), ...this.pending];
@@ -312,6 +318,8 @@ function undoFor(code: OpCode, key: bigint, held: Set<string>): OpCode[] {
   switch (code) {
     case Op.waitTryExclusive:
     case Op.waitTryShared:
+    case Op.waitPoliteTryExclusive:
+    case Op.waitPoliteTryShared:
       // Markers are bookkeeping: the lock manager registers them again when it still waits.
       if (marker) undo.push(Op.unregisterMarker);
       break;
@@ -324,12 +332,14 @@ function undoFor(code: OpCode, key: bigint, held: Set<string>): OpCode[] {
     case Op.tryExclusive:
     case Op.politeTryExclusive:
     case Op.waitTryExclusive:
+    case Op.waitPoliteTryExclusive:
     case Op.unlockExclusive:
       if (exclusive) undo.push(Op.unlockExclusive);
       break;
     case Op.tryShared:
     case Op.politeTryShared:
     case Op.waitTryShared:
+    case Op.waitPoliteTryShared:
     case Op.unlockShared:
       if (shared) undo.push(Op.unlockShared);
       break;
