@@ -176,10 +176,15 @@ class PgLocker extends EventEmitter implements Locker {
     this.semaphores = new SemaphoreManager(this.sessions, this.listener, this.observer);
   }
 
-  async acquire(name: LockName, opts?: AcquireOptions): Promise<LockHandle> {
-    const request = this.request(name, opts, 'acquire');
-    const handle = await this.locks.acquire(request, false);
-    return handle!;
+  acquire(name: LockName, opts?: AcquireOptions): Promise<LockHandle> {
+    // Not async: one promise less on the hot path. Validation errors still arrive as rejections.
+    let request: AcquireRequest;
+    try {
+      request = this.request(name, opts, 'acquire');
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return this.locks.acquire(request, false) as Promise<LockHandle>;
   }
 
   async tryAcquire(name: LockName, opts?: Omit<AcquireOptions, 'timeoutMs'>): Promise<LockHandle | null> {

@@ -35,6 +35,10 @@ const MAX_POLL_MS = 1000;
 const REREGISTER_MS = 5;
 /** How long a cancelled blocking wait may take to leave the server's queue before its caller is answered anyway. */
 const CANCEL_GRACE_MS = 250;
+/** Longer waits go through setLongTimeout (Node caps a single timer at ~24.8 days). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+/** Key states kept after use (beyond this, idle ones are dropped). */
+const MAX_IDLE_STATES = 4096;
 /** After seeing a key busy, this locker's fresh tries stand back for waiters elsewhere this long. */
 const CONTENDED_MS = 1000;
 
@@ -58,9 +62,13 @@ interface Waiter {
   /** A contention event was reported for it. */
   contended: boolean;
   settled: boolean;
-  resolve(handle: AdvisoryLockHandle | null): void;
-  reject(err: unknown): void;
-  cleanup(): void;
+  /** tryAcquire answers null on a timeout; acquire rejects with LockTimeoutError. */
+  readonly nullOnTimeout: boolean;
+  readonly resolve: (handle: AdvisoryLockHandle | null) => void;
+  readonly reject: (err: unknown) => void;
+  timer: NodeJS.Timeout | null;
+  cancelLongTimer: (() => void) | null;
+  onAbort: (() => void) | null;
 }
 
 interface KeyState {
@@ -130,10 +138,6 @@ export class AdvisoryLockManager {
     if (request.signal?.aborted) return Promise.reject(request.signal.reason);
     const state = this.stateOf(request.target.key);
     return new Promise<AdvisoryLockHandle | null>((resolve, reject) => {
-      const cancelTimer =
-        request.timeoutMs > 0 ? setLongTimeout(() => this.giveUp(state, waiter, null), request.timeoutMs) : () => {};
-      const onAbort = () => this.giveUp(state, waiter, request.signal!.reason);
-      request.signal?.addEventListener('abort', onAbort, { once: true });
       const waiter: Waiter = {
         request,
         startedAt: performance.now(),
@@ -141,20 +145,26 @@ export class AdvisoryLockManager {
         yielded: false,
         contended: false,
         settled: false,
+        nullOnTimeout,
         resolve,
         reject,
-        cleanup: () => {
-          cancelTimer();
-          request.signal?.removeEventListener('abort', onAbort);
-        },
+        timer: null,
+        cancelLongTimer: null,
+        onAbort: null,
       };
-      waiter.resolve = (h) => (nullOnTimeout || h ? resolve(h) : reject(this.timeoutError(waiter)));
+      const { timeoutMs, signal } = request;
+      if (timeoutMs > 0 && timeoutMs < MAX_TIMER_MS) waiter.timer = setTimeout(this.onTimer, timeoutMs, state, waiter);
+      else if (timeoutMs > 0) waiter.cancelLongTimer = setLongTimeout(() => this.giveUp(state, waiter, null), timeoutMs);
+      if (signal) {
+        waiter.onAbort = () => this.giveUp(state, waiter, signal.reason);
+        signal.addEventListener('abort', waiter.onAbort, { once: true });
+      }
       state.queue.push(waiter);
       this.waitingCount++;
       if (state.queue.length > 1 || state.heldMode) {
         // Busy here already: a single try fails at once; anyone else queues behind the local holders.
         if (request.timeoutMs === 0 && !this.canShare(state, waiter)) {
-          this.settle(state, waiter, () => waiter.resolve(null));
+          if (this.settle(state, waiter)) this.finish(waiter, null);
           this.pump(state);
           return;
         }
@@ -191,7 +201,7 @@ export class AdvisoryLockManager {
     if (this.blocking) void this.sessions.cancel(this.blocking.session);
     const unlocks: Promise<boolean>[] = [];
     for (const state of this.states.values()) {
-      for (const w of [...state.queue]) this.settle(state, w, () => w.reject(new LockUnavailableError('the locker was closed')));
+      for (const w of [...state.queue]) if (this.settle(state, w)) w.reject(new LockUnavailableError('the locker was closed'));
       for (const h of [...state.holders]) unlocks.push(h.release());
     }
     await Promise.all(unlocks);
@@ -246,7 +256,8 @@ export class AdvisoryLockManager {
       this.unregisterMarker(state);
       return;
     }
-    if (state.heldMode === null && state.releaseWaiters.length === 0) {
+    // Idle: keep the state for the next use of the key (and what it learned of contention), within bounds.
+    if (state.heldMode === null && state.releaseWaiters.length === 0 && this.states.size > MAX_IDLE_STATES) {
       if (state.pollTimer) clearTimeout(state.pollTimer);
       this.states.delete(state.key);
     }
@@ -257,7 +268,7 @@ export class AdvisoryLockManager {
     try {
       session = this.sessions.sessionFor(state.key);
     } catch (err) {
-      this.settle(state, head, () => head.reject(new LockUnavailableError('the locker is closed', { cause: err })));
+      if (this.settle(state, head)) head.reject(new LockUnavailableError('the locker is closed', { cause: err }));
       return;
     }
     const shared = head.request.mode === 'shared';
@@ -272,37 +283,34 @@ export class AdvisoryLockManager {
     state.busy = true;
     state.wakePending = false;
     this.clearPoll(state);
-    const op = head.request.fencing
-      ? session.runFenced(code, state.key)
-      : session.run(code, state.key).then((result) => ({ result, token: null }));
-    op.then(
-      ({ result, token }) => {
-        state.busy = false;
-        if (registersMarker(code) && (result & 2) === 0) state.markerSession = session;
-        if ((result & 1) === 1) {
-          state.heldMode = head.request.mode;
-          state.session = session;
-          // A waiter that gave up while the grant was in flight gets nothing: pump() unlocks at once.
-          if (!head.settled) this.grant(state, head, session, token);
-          this.pump(state);
-          return;
-        }
-        head.yielded = (result & 4) === 4;
-        state.contendedUntil = performance.now() + CONTENDED_MS;
-        this.onBusy(state, head, (result & 2) === 2);
-      },
-      (err: Error) => {
-        state.busy = false;
-        if (err instanceof SessionLostError && err.connected && !this.closed) {
-          // The session died under the attempt: try again on its replacement.
-          this.pump(state);
-          return;
-        }
-        const failure = err instanceof PgfenceError ? err : new LockUnavailableError(err.message, { cause: err });
-        this.settle(state, head, () => head.reject(failure));
+    const onResult = (result: number, token: bigint | null) => {
+      state.busy = false;
+      if (registersMarker(code) && (result & 2) === 0) state.markerSession = session;
+      if ((result & 1) === 1) {
+        state.heldMode = head.request.mode;
+        state.session = session;
+        // A waiter that gave up while the grant was in flight gets nothing: pump() unlocks at once.
+        if (!head.settled) this.grant(state, head, session, token);
         this.pump(state);
-      },
-    );
+        return;
+      }
+      head.yielded = (result & 4) === 4;
+      state.contendedUntil = performance.now() + CONTENDED_MS;
+      this.onBusy(state, head, (result & 2) === 2);
+    };
+    const onError = (err: Error) => {
+      state.busy = false;
+      if (err instanceof SessionLostError && err.connected && !this.closed) {
+        // The session died under the attempt: try again on its replacement.
+        this.pump(state);
+        return;
+      }
+      const failure = err instanceof PgfenceError ? err : new LockUnavailableError(err.message, { cause: err });
+      if (this.settle(state, head)) head.reject(failure);
+      this.pump(state);
+    };
+    if (head.request.fencing) session.runFenced(code, state.key).then(({ result, token }) => onResult(result, token), onError);
+    else session.run(code, state.key).then((result) => onResult(result, null), onError);
   }
 
   private onBusy(state: KeyState, head: Waiter, registrationFailed: boolean): void {
@@ -311,7 +319,7 @@ export class AdvisoryLockManager {
       return;
     }
     if (head.request.timeoutMs === 0) {
-      this.settle(state, head, () => head.resolve(null));
+      if (this.settle(state, head)) this.finish(head, null);
       this.pump(state);
       return;
     }
@@ -389,7 +397,7 @@ export class AdvisoryLockManager {
             session.run(mode === 'shared' ? Op.unlockShared : Op.unlockExclusive, state.key).catch(() => {});
           }
           const failure = schemaMissingError(err) ?? (err instanceof PgfenceError ? err : new LockUnavailableError(String((err as Error)?.message), { cause: err }));
-          this.settle(state, head, () => head.reject(failure));
+          if (this.settle(state, head)) head.reject(failure);
           this.pump(state);
         },
       );
@@ -430,7 +438,7 @@ export class AdvisoryLockManager {
     state.holders.add(handle);
     this.heldCount++;
     const waitMs = performance.now() - waiter.startedAt;
-    this.settle(state, waiter, () => waiter.resolve(handle));
+    if (this.settle(state, waiter)) this.finish(waiter, handle);
     if (ttlMs !== undefined) handle.cancelTtl = setLongTimeout(() => this.expire(handle), ttlMs, true);
     this.observer.acquired(handle, waitMs);
   }
@@ -494,14 +502,14 @@ export class AdvisoryLockManager {
       return;
     }
     if (abortReason !== null) {
-      this.settle(state, waiter, () => waiter.reject(abortReason));
+      if (this.settle(state, waiter)) waiter.reject(abortReason);
     } else if (this.unreachable(state)) {
       const err = new LockUnavailableError(`could not connect to PostgreSQL within ${waiter.request.timeoutMs} ms`);
-      this.settle(state, waiter, () => waiter.reject(err));
+      if (this.settle(state, waiter)) waiter.reject(err);
     } else {
       const waitMs = performance.now() - waiter.startedAt;
       this.observer.timeout(info(waiter.request), waitMs);
-      this.settle(state, waiter, () => waiter.resolve(null));
+      if (this.settle(state, waiter)) this.finish(waiter, null);
     }
     this.pump(state);
   }
@@ -512,15 +520,26 @@ export class AdvisoryLockManager {
     return slotSession !== null && slotSession.state === 'connecting';
   }
 
-  private settle(state: KeyState, waiter: Waiter, outcome: () => void): void {
-    if (waiter.settled) return;
+  /** Takes the waiter out of the line; false if it had already left (the caller then answers nothing). */
+  private settle(state: KeyState, waiter: Waiter): boolean {
+    if (waiter.settled) return false;
     waiter.settled = true;
-    waiter.cleanup();
-    const i = state.queue.indexOf(waiter);
+    if (waiter.timer) clearTimeout(waiter.timer);
+    waiter.cancelLongTimer?.();
+    if (waiter.onAbort) waiter.request.signal!.removeEventListener('abort', waiter.onAbort);
+    const i = state.queue[0] === waiter ? 0 : state.queue.indexOf(waiter);
     if (i >= 0) state.queue.splice(i, 1);
     this.waitingCount--;
-    outcome();
+    return true;
   }
+
+  /** Answers a settled waiter: its handle, or null / LockTimeoutError when it timed out. */
+  private finish(waiter: Waiter, handle: AdvisoryLockHandle | null): void {
+    if (handle || waiter.nullOnTimeout) waiter.resolve(handle);
+    else waiter.reject(this.timeoutError(waiter));
+  }
+
+  private readonly onTimer = (state: KeyState, waiter: Waiter): void => this.giveUp(state, waiter, null);
 
   private settleReleases(state: KeyState, released: boolean): void {
     const waiters = state.releaseWaiters;

@@ -24,7 +24,7 @@ export class SessionPool {
 
   slotOf(key: bigint): number {
     // Keys are hashes (or caller-chosen integers): the low bits spread them well enough.
-    return Number(BigInt.asUintN(32, key) % BigInt(this.slots.length));
+    return Number(key & 0xffffn) % this.slots.length;
   }
 
   /** The live (or connecting) session of the key's slot, opening a new one if needed. */

@@ -27,7 +27,7 @@ interface PendingOp {
   resolve(result: number, token: bigint | null): void;
   reject(err: Error): void;
   /** A statement of its own (semaphores, blocking waits), sent alone in order with the batches. */
-  statement?: { text: string; values: unknown[]; done(rows: unknown[]): void; deadlineMs?: number };
+  statement: { text: string; values: unknown[]; done(rows: unknown[]): void; deadlineMs?: number } | undefined;
 }
 const PROBE = 0;
 
@@ -78,8 +78,23 @@ export class Session {
   run(code: OpCode, key: bigint): Promise<number> {
     return new Promise((resolve, reject) => {
       if (this.state === 'dead') return reject(this.lostError());
-      this.pending.push({ code, key, fenced: false, resolve, reject });
+      this.pending.push({ code, key, fenced: false, resolve, reject, statement: undefined });
       this.scheduleFlush();
+    });
+  }
+
+  private scheduleFlush(): void {
+    if (this.flushQueued) return;
+    if (this.state === 'ready' && !this.inFlight && this.pending.length === 1) {
+      // An idle session sends a lone operation at once; whatever comes while it is in flight is batched.
+      void this.flush();
+      return;
+    }
+    this.flushQueued = true;
+    // A microtask lets operations issued in the same tick share one statement.
+    queueMicrotask(() => {
+      this.flushQueued = false;
+      void this.flush();
     });
   }
 
@@ -106,7 +121,7 @@ export class Session {
   runFenced(code: OpCode, key: bigint): Promise<{ result: number; token: bigint | null }> {
     return new Promise((resolve, reject) => {
       if (this.state === 'dead') return reject(this.lostError());
-      this.pending.push({ code, key, fenced: true, resolve: (result, token) => resolve({ result, token }), reject });
+      this.pending.push({ code, key, fenced: true, resolve: (result, token) => resolve({ result, token }), reject, statement: undefined });
       this.scheduleFlush();
     });
   }
@@ -141,16 +156,6 @@ export class Session {
     }
   }
 
-  private scheduleFlush(): void {
-    if (this.flushQueued) return;
-    this.flushQueued = true;
-    // A microtask lets operations issued in the same tick share one statement.
-    queueMicrotask(() => {
-      this.flushQueued = false;
-      void this.flush();
-    });
-  }
-
   private async flush(): Promise<void> {
     if (this.state !== 'ready' || this.inFlight || this.pending.length === 0 || !this.conn) return;
     const batch = this.takeBatch();
@@ -158,7 +163,9 @@ export class Session {
     this.sentAt = performance.now();
     // A blocking wait may take its whole lock_timeout before the server answers.
     this.inFlightDeadlineMs = batch[0]!.statement?.deadlineMs ?? this.opts.deadlineMs;
-    const ops = batch.filter((op) => op.code !== PROBE) as (PendingOp & { code: OpCode })[];
+    const ops = (batch.length === 1 && batch[0]!.code !== PROBE ? batch : batch.filter((op) => op.code !== PROBE)) as (PendingOp & {
+      code: OpCode;
+    })[];
     const statement = batch[0]!.statement;
     try {
       if (statement) await this.executeStatement(batch[0]!, statement);
@@ -185,6 +192,11 @@ export class Session {
    * batch may make its commit asynchronous for a NOTIFY; a token's commit must be durable).
    */
   private takeBatch(): PendingOp[] {
+    if (this.pending.length === 1) {
+      const batch = this.pending;
+      this.pending = [];
+      return batch;
+    }
     if (this.pending[0]!.statement) return [this.pending.shift()!];
     const fenced = this.pending[0]!.fenced;
     const batch: PendingOp[] = [];
@@ -274,7 +286,7 @@ export class Session {
           this.die(new LockUnavailableError(`PostgreSQL did not answer within ${Math.round(this.inFlightDeadlineMs)} ms`));
         }
       } else if (this.pending.length === 0 && now - this.lastActivity >= this.opts.keepaliveMs) {
-        this.pending.push({ code: PROBE, key: 0n, fenced: false, resolve: () => {}, reject: () => {} });
+        this.pending.push({ code: PROBE, key: 0n, fenced: false, resolve: () => {}, reject: () => {}, statement: undefined });
         void this.flush();
       }
     }, tickMs);
