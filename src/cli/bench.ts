@@ -1,0 +1,5 @@
+/** pgfence bench (not written yet). */
+export async function run(_argv: string[]): Promise<number> {
+  process.stderr.write('pgfence bench: not available yet\n');
+  return 69;
+}

@@ -1,0 +1,5 @@
+/** pgfence migrate (not written yet). */
+export async function run(_argv: string[]): Promise<number> {
+  process.stderr.write('pgfence migrate: not available yet\n');
+  return 69;
+}

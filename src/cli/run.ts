@@ -1,0 +1,5 @@
+/** pgfence run (not written yet). */
+export async function run(_argv: string[]): Promise<number> {
+  process.stderr.write('pgfence run: not available yet\n');
+  return 69;
+}
