@@ -9,6 +9,13 @@ export class PgfenceError extends Error {
     this.code = code;
     this.name = new.target.name;
   }
+
+  /** JSON loggers serialise errors too: keys and tokens (bigints) become strings. */
+  toJSON(): Record<string, unknown> {
+    const out: Record<string, unknown> = { name: this.name, code: this.code, message: this.message };
+    for (const [k, v] of Object.entries(this)) out[k] = typeof v === 'bigint' ? String(v) : v;
+    return out;
+  }
 }
 
 /** The wait for a lock outlasted its timeoutMs. */

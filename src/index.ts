@@ -38,3 +38,4 @@ export type { LeaseHandle } from './lease/lease-manager.js';
 export type { DemotedEvent, ElectedEvent, LeaderElection } from './lease/leader.js';
 export { migrate } from './migrate/index.js';
 export type { MigrateOptions, MigrateResult } from './migrate/index.js';
+export type { LeaseEntry, LockEntry, LockReport } from './observe/inspect.js';

@@ -6,6 +6,8 @@ import { AdvisoryLockManager, type AcquireRequest } from './advisory/lock-manage
 import { heldInCallback, runHolding } from './advisory/nesting.js';
 import { InvalidArgumentError, LockTimeoutError, LockUnavailableError, NestedLockError } from './errors.js';
 import { LeaderCampaign, type LeaderElection } from './lease/leader.js';
+import { inspectDatabase, type LockReport, type OwnLocks } from './observe/inspect.js';
+import { NameRegistry } from './observe/name-registry.js';
 import { describeType, nameToBytes, resolveLock, type LockName, type LockTarget } from './keys.js';
 import { type Logger, silentLogger } from './observe/logger.js';
 import type { Meter } from './observe/metrics.js';
@@ -86,6 +88,8 @@ export interface Locker extends EventEmitter {
   withLease<T>(name: LockName, fn: (handle: LeaseHandle) => Promise<T>, opts?: LeaseOptions): Promise<T>;
   semaphore(name: LockName, opts: SemaphoreOptions): Semaphore;
   leader(name: LockName, opts?: Omit<LeaseOptions, 'timeoutMs' | 'allowNested'>): LeaderElection;
+  /** Held and waiting locks across the whole database, with names, and the leases held now. */
+  inspect(): Promise<LockReport>;
   stats(): LockerStats;
   close(): Promise<void>;
 }
@@ -112,6 +116,7 @@ class PgLocker extends EventEmitter implements Locker {
   private readonly leases: LeaseManager;
   private readonly semaphores: SemaphoreManager;
   private readonly campaigns = new Set<LeaderCampaign>();
+  private readonly names: NameRegistry;
   private readonly defaultOwner = `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
   private readonly observer: Observer;
   private closing: Promise<void> | null = null;
@@ -152,6 +157,7 @@ class PgLocker extends EventEmitter implements Locker {
       },
       this.opts.logger,
     );
+    this.names = new NameRegistry((text, values) => this.source.pool.query(text, values), this.opts.logger);
     this.observer = new Observer(this, this.opts.logger, o.meter, () => this.stats().held);
     this.listener = new ReleaseListener(
       this.source,
@@ -265,6 +271,11 @@ class PgLocker extends EventEmitter implements Locker {
     const target = resolveLock(name, this.opts.namespace);
     const permits = positiveInteger(o.permits, 'permits', 10_000);
     const { baseKey, slots } = semaphoreKeys(target, permits);
+    if (target.name !== null) {
+      const ns = this.opts.namespace ?? null;
+      this.names.note(baseKey, `${target.name} (semaphore)`, ns);
+      slots.slice(0, 1000).forEach((slot, i) => this.names.note(slot, `${target.name} (permit ${i + 1} of ${permits})`, ns));
+    }
     const request = (acquireOpts: SemaphoreAcquireOptions | undefined, method: string, tryOnly: boolean): PermitRequest => {
       const a = optionsObject<SemaphoreAcquireOptions>(acquireOpts, `${method} options`);
       if (tryOnly && a.timeoutMs !== undefined && a.timeoutMs !== 0) {
@@ -309,6 +320,14 @@ class PgLocker extends EventEmitter implements Locker {
     return campaign;
   }
 
+  async inspect(): Promise<LockReport> {
+    await this.names.flush();
+    const own: OwnLocks = new Map();
+    this.locks.ownLocks(own);
+    this.semaphores.ownLocks(own);
+    return inspectDatabase(this.source.pool, own);
+  }
+
   stats(): LockerStats {
     return {
       ...this.observer.counters(),
@@ -321,7 +340,7 @@ class PgLocker extends EventEmitter implements Locker {
   close(): Promise<void> {
     this.closing ??= (async () => {
       await Promise.all([...this.campaigns].map((c) => c.resign()));
-      await Promise.all([this.locks.close(), this.leases.close(), this.semaphores.close()]);
+      await Promise.all([this.locks.close(), this.leases.close(), this.semaphores.close(), this.names.flush()]);
       this.sessions.close();
       this.listener.close();
       await this.source.end();
@@ -357,6 +376,7 @@ class PgLocker extends EventEmitter implements Locker {
       data: jsonData(o.data),
     };
     this.checkNesting(target, o.allowNested);
+    this.names.note(target.key, target.name, this.opts.namespace ?? null);
     return request;
   }
 
@@ -385,6 +405,7 @@ class PgLocker extends EventEmitter implements Locker {
       fencing,
     };
     this.checkNesting(target, o.allowNested);
+    this.names.note(target.key, target.name, this.opts.namespace ?? null);
     return request;
   }
 }

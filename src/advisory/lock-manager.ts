@@ -174,6 +174,19 @@ export class AdvisoryLockManager {
     });
   }
 
+  /** This locker's held locks, by backend pid and key, with their earliest grant. */
+  ownLocks(into: Map<string, Date>): void {
+    for (const state of this.states.values()) {
+      const pid = state.session?.processId;
+      if (!state.heldMode || pid == null) continue;
+      for (const h of state.holders) {
+        const id = `${pid}:${state.key}`;
+        const prev = into.get(id);
+        if (!prev || h.acquiredAt < prev) into.set(id, h.acquiredAt);
+      }
+    }
+  }
+
   /** Called by the listener: a release of `key` was announced. */
   onRelease(key: bigint): void {
     const state = this.states.get(key);

@@ -71,6 +71,14 @@ export class SemaphoreManager {
     return n;
   }
 
+  /** This locker's permits, by backend pid and slot key, with their grant. */
+  ownLocks(into: Map<string, Date>): void {
+    for (const h of this.holding) {
+      const pid = h.session.processId;
+      if (pid != null) into.set(`${pid}:${h.key}`, h.acquiredAt);
+    }
+  }
+
   acquire(request: PermitRequest, nullOnTimeout: boolean): Promise<PermitHandle | null> {
     if (this.closed) return Promise.reject(closedError());
     return this.lineOf(request.baseKey).enqueue(request, nullOnTimeout);

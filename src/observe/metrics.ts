@@ -38,7 +38,7 @@ export function createInstruments(meter: Meter, heldNow: () => number): MeterIns
   const attrs = (ev: LockEventInfo) => ({ 'pgfence.kind': ev.kind, 'pgfence.mode': ev.mode });
   return {
     acquired(ev) {
-      wait.record(ev.waitMs, attrs(ev));
+      wait.record(ev.waitMs, { ...attrs(ev), 'pgfence.outcome': 'acquired' });
       acquired.add(1, attrs(ev));
     },
     released(ev) {

@@ -1,0 +1,26 @@
+/**
+ * The SQL of inspect() and `pgfence status`. Advisory locks of this database, with the backend that
+ * holds or waits for each: objsubid 1 are int8 keys (locks), objsubid 2 are pgfence's waiter markers
+ * (a waiter announced for that key). Names come from the registry when pgfence's schema exists.
+ */
+
+const locksSelect = (withNames: boolean) => `SELECT l.pid, a.application_name, a.client_addr::text AS client_addr,
+       l.objsubid::int AS space, ((l.classid::int8 << 32) | l.objid::int8)::text AS key,
+       l.mode, l.granted, l.waitstart, a.xact_start, a.backend_start, a.state,
+       ${withNames ? 'n.name, n.namespace' : 'NULL::text AS name, NULL::text AS namespace'}
+FROM pg_locks l
+LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+${withNames ? 'LEFT JOIN pgfence.lock_names n ON n.key = ((l.classid::int8 << 32) | l.objid::int8)' : ''}
+WHERE l.locktype = 'advisory' AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+ORDER BY key, l.granted DESC, l.waitstart NULLS LAST, l.pid`;
+
+export const locksWithNamesSql = locksSelect(true);
+export const locksWithoutNamesSql = locksSelect(false);
+
+export const activeLeasesSql = `SELECT key::text AS key, name, owner, token::text AS token, acquired_at, renewed_at, expires_at, data,
+       ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8 AS remaining_ms
+FROM pgfence.leases
+WHERE released_at IS NULL AND expires_at > clock_timestamp()
+ORDER BY name NULLS LAST, key`;
+
+export const databaseClockSql = 'SELECT clock_timestamp() AS now';

@@ -1,0 +1,149 @@
+import type pg from 'pg';
+import type { LockMode } from './observer.js';
+import { activeLeasesSql, databaseClockSql, locksWithNamesSql, locksWithoutNamesSql } from './inspect-sql.js';
+
+/** One advisory lock held or awaited by some backend of the database. */
+export interface LockEntry {
+  key: bigint;
+  /** From the name registry (null for explicit keys, pgfence internals, or before migrate()). */
+  name: string | null;
+  namespace: string | null;
+  /** null for an announced waiter: its marker does not say which mode it wants. */
+  mode: LockMode | null;
+  state: 'held' | 'waiting';
+  /** 'blocked' in PostgreSQL's own queue, or 'announced' by a pgfence marker (it waits for a NOTIFY). */
+  waitKind: 'blocked' | 'announced' | null;
+  pid: number;
+  applicationName: string | null;
+  clientAddr: string | null;
+  /** The best known start, and what it is: see `sinceIs`. */
+  since: Date | null;
+  /**
+   * 'granted' (this locker's own locks: the grant), 'waiting' (a blocked wait: when it began),
+   * 'transaction' (the holder's open transaction: a lower bound), 'session' (the holder's connection: a lower bound).
+   */
+  sinceIs: 'granted' | 'waiting' | 'transaction' | 'session' | null;
+  /** Held by this locker. */
+  mine: boolean;
+}
+
+/** A lease that is held now. */
+export interface LeaseEntry {
+  key: bigint;
+  name: string | null;
+  owner: string;
+  token: bigint;
+  acquiredAt: Date;
+  renewedAt: Date;
+  expiresAt: Date;
+  /** Time left on the database clock. */
+  remainingMs: number;
+  data: unknown;
+}
+
+export interface LockReport {
+  /** The database clock when the report was taken. */
+  at: Date;
+  locks: LockEntry[];
+  leases: LeaseEntry[];
+  /** False when pgfence's schema is missing: no names, no leases (run migrate()). */
+  schema: boolean;
+}
+
+interface LockRow {
+  pid: number;
+  application_name: string | null;
+  client_addr: string | null;
+  space: number;
+  key: string;
+  mode: string;
+  granted: boolean;
+  waitstart: Date | null;
+  xact_start: Date | null;
+  backend_start: Date | null;
+  state: string | null;
+  name: string | null;
+  namespace: string | null;
+}
+
+/** What this locker knows of its own locks: `${pid}:${key}` -> when granted. */
+export type OwnLocks = Map<string, Date>;
+
+/**
+ * Reads pg_locks and pg_stat_activity (every backend of the database, not only pgfence's) and the
+ * lease table, and resolves names through the registry.
+ */
+export async function inspectDatabase(pool: pg.Pool, own: OwnLocks = new Map()): Promise<LockReport> {
+  const at = (await pool.query<{ now: Date }>(databaseClockSql)).rows[0]!.now;
+  let schema = true;
+  let rows: LockRow[];
+  try {
+    rows = (await pool.query<LockRow>(locksWithNamesSql)).rows;
+  } catch (err) {
+    if (!isMissingSchema(err)) throw err;
+    schema = false;
+    rows = (await pool.query<LockRow>(locksWithoutNamesSql)).rows;
+  }
+  const locks = rows
+    // An exclusive marker hold is a release probing for waiters, over within its statement.
+    .filter((r) => !(r.space === 2 && r.mode === 'ExclusiveLock'))
+    .map((r) => toEntry(r, own));
+  let leases: LeaseEntry[] = [];
+  if (schema) {
+    const { rows: leaseRows } = await pool.query<{
+      key: string;
+      name: string | null;
+      owner: string;
+      token: string;
+      acquired_at: Date;
+      renewed_at: Date;
+      expires_at: Date;
+      data: unknown;
+      remaining_ms: number;
+    }>(activeLeasesSql);
+    leases = leaseRows.map((r) => ({
+      key: BigInt(r.key),
+      name: r.name,
+      owner: r.owner,
+      token: BigInt(r.token),
+      acquiredAt: r.acquired_at,
+      renewedAt: r.renewed_at,
+      expiresAt: r.expires_at,
+      remainingMs: r.remaining_ms,
+      data: r.data,
+    }));
+  }
+  return { at, locks, leases, schema };
+}
+
+function toEntry(r: LockRow, own: OwnLocks): LockEntry {
+  const key = BigInt(r.key);
+  const marker = r.space === 2;
+  const granted = r.granted && !marker;
+  const ownSince = granted ? own.get(`${r.pid}:${r.key}`) : undefined;
+  let since: Date | null = null;
+  let sinceIs: LockEntry['sinceIs'] = null;
+  if (ownSince) [since, sinceIs] = [ownSince, 'granted'];
+  else if (!r.granted && r.waitstart) [since, sinceIs] = [r.waitstart, 'waiting'];
+  else if (granted && r.xact_start && r.state !== 'idle') [since, sinceIs] = [r.xact_start, 'transaction'];
+  else if (granted && r.backend_start) [since, sinceIs] = [r.backend_start, 'session'];
+  return {
+    key,
+    name: r.name,
+    namespace: r.namespace,
+    mode: marker ? null : r.mode === 'ShareLock' ? 'shared' : 'exclusive',
+    state: granted ? 'held' : 'waiting',
+    waitKind: granted ? null : marker ? 'announced' : 'blocked',
+    pid: r.pid,
+    applicationName: r.application_name,
+    clientAddr: r.client_addr,
+    since,
+    sinceIs,
+    mine: ownSince !== undefined,
+  };
+}
+
+function isMissingSchema(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return code === '42P01' || code === '3F000';
+}

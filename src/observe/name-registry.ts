@@ -1,0 +1,64 @@
+import type { Logger } from './logger.js';
+
+/** Remembers at most this many keys per process; beyond it, names are written again (harmlessly). */
+const MAX_REMEMBERED = 100_000;
+const FLUSH_DELAY_MS = 200;
+
+const INSERT_NAMES = `INSERT INTO pgfence.lock_names (key, name, namespace)
+SELECT * FROM unnest($1::int8[], $2::text[], $3::text[])
+ON CONFLICT (key) DO NOTHING`;
+
+/**
+ * Writes lock names to pgfence.lock_names so that inspect() and `pgfence status` can show names for
+ * the keys they find in pg_locks. Once per name per process, batched, in the background, on a pool
+ * connection: it never adds a round trip to an acquire. Without pgfence's schema it stays quiet.
+ */
+export class NameRegistry {
+  private readonly seen = new Set<bigint>();
+  private pending = new Map<bigint, { name: string; namespace: string | null }>();
+  private timer: NodeJS.Timeout | null = null;
+  private disabled = false;
+  private flushing: Promise<void> = Promise.resolve();
+
+  constructor(
+    private readonly query: (text: string, values: unknown[]) => Promise<unknown>,
+    private readonly logger: Logger,
+  ) {}
+
+  note(key: bigint, name: string | null, namespace: string | null): void {
+    if (name === null || this.disabled || this.seen.has(key)) return;
+    if (this.seen.size >= MAX_REMEMBERED) this.seen.clear();
+    this.seen.add(key);
+    this.pending.set(key, { name, namespace });
+    if (!this.timer) {
+      this.timer = setTimeout(() => void this.flush(), FLUSH_DELAY_MS);
+      this.timer.unref();
+    }
+  }
+
+  /** Writes what is pending now (close() and tests call it; otherwise a timer does). */
+  flush(): Promise<void> {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    const batch = this.pending;
+    this.pending = new Map();
+    if (batch.size === 0 || this.disabled) return this.flushing;
+    const keys = [...batch.keys()];
+    const entries = [...batch.values()];
+    this.flushing = this.flushing
+      .then(() => this.query(INSERT_NAMES, [keys, entries.map((e) => e.name), entries.map((e) => e.namespace)]))
+      .then(
+        () => {},
+        (err: { code?: string }) => {
+          if (err?.code === '42P01' || err?.code === '3F000') {
+            this.disabled = true; // not migrated: inspect() shows keys without names
+            this.logger.debug({ err }, 'pgfence: no name registry (run migrate() to see lock names in status)');
+          } else {
+            for (const k of keys) this.seen.delete(k); // try again next time
+            this.logger.debug({ err }, 'pgfence: could not write lock names');
+          }
+        },
+      );
+    return this.flushing;
+  }
+}

@@ -1,0 +1,128 @@
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import {
+  AggregationTemporality,
+  InMemoryMetricExporter,
+  MeterProvider,
+  PeriodicExportingMetricReader,
+} from '@opentelemetry/sdk-metrics';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLocker, LockTimeoutError, type Locker, type LockEntry } from '../src/index.js';
+import { appName, eventually, killBackends, useMigratedDatabase } from './support/db.js';
+
+let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
+const lockers: Locker[] = [];
+const track = (l: Locker) => (lockers.push(l), l);
+
+beforeAll(async () => {
+  db = await useMigratedDatabase('observe');
+});
+afterAll(async () => {
+  await Promise.all(lockers.map((l) => l.close()));
+});
+
+describe('metrics', () => {
+  it('records wait and hold histograms and the counters through an OpenTelemetry meter', async () => {
+    const exporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
+    const reader = new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 3_600_000 });
+    const provider = new MeterProvider({ readers: [reader] });
+    const app = appName('metrics');
+    const locker = track(createLocker({ connectionString: db.urlWith({ application_name: app }), meter: provider.getMeter('pgfence-test') }));
+    const other = track(createLocker({ connectionString: db.url }));
+
+    const h = await locker.acquire('m:one');
+    await h.release();
+    const busy = await other.acquire('m:busy');
+    await expect(locker.acquire('m:busy', { timeoutMs: 100 })).rejects.toBeInstanceOf(LockTimeoutError);
+    await busy.release();
+    const held = await locker.acquire('m:held');
+    const doomed = await locker.acquire('m:lost');
+    await killBackends(db.url, app);
+    await eventually(() => doomed.signal.aborted, 15_000, 'the loss');
+
+    await reader.forceFlush();
+    const metrics = new Map<string, { dataPoints: { value: unknown; attributes: Record<string, unknown> }[] }>();
+    for (const rm of exporter.getMetrics()) for (const sm of rm.scopeMetrics) for (const m of sm.metrics) metrics.set(m.descriptor.name, m as never);
+    const sum = (name: string) =>
+      (metrics.get(name)?.dataPoints ?? []).reduce((n, p) => n + (typeof p.value === 'number' ? p.value : (p.value as { count: number }).count), 0);
+    expect(sum('pgfence.lock.acquired')).toBe(3);
+    expect(sum('pgfence.lock.timeouts')).toBe(1);
+    expect(sum('pgfence.lock.contention')).toBe(1);
+    expect(sum('pgfence.lock.lost')).toBe(2); // both held locks were on the killed sessions
+    expect(sum('pgfence.lock.wait')).toBe(4); // three grants and one timeout
+    expect(sum('pgfence.lock.hold')).toBe(3); // one release and two losses
+    expect(metrics.get('pgfence.lock.held')!.dataPoints[0]!.value).toBe(0);
+    void held;
+    await provider.shutdown();
+  });
+});
+
+describe('logs', () => {
+  it('logs every acquisition and release at debug with durations, timeouts and losses at warn', async () => {
+    const entries: { level: string; msg?: string; obj: Record<string, unknown> }[] = [];
+    const log = (level: string) => (obj: object, msg?: string) => entries.push({ level, msg, obj: obj as Record<string, unknown> });
+    const logger = { debug: log('debug'), info: log('info'), warn: log('warn'), error: log('error') };
+    const app = appName('logs');
+    const locker = track(createLocker({ connectionString: db.urlWith({ application_name: app }), logger }));
+    const other = track(createLocker({ connectionString: db.url }));
+    await (await locker.acquire('log:a')).release();
+    const busy = await other.acquire('log:b');
+    await expect(locker.acquire('log:b', { timeoutMs: 50 })).rejects.toBeInstanceOf(LockTimeoutError);
+    await busy.release();
+    const h = await locker.acquire('log:c');
+    await killBackends(db.url, app);
+    await eventually(() => h.signal.aborted, 15_000, 'the loss');
+
+    const acquired = entries.find((e) => e.msg === 'pgfence: acquired' && e.obj.lock === 'log:a');
+    const released = entries.find((e) => e.msg === 'pgfence: released' && e.obj.lock === 'log:a');
+    expect(acquired).toMatchObject({ level: 'debug', obj: { key: expect.any(String), mode: 'exclusive', waitMs: expect.any(Number) } });
+    expect(released).toMatchObject({ level: 'debug', obj: { holdMs: expect.any(Number) } });
+    expect(entries.find((e) => e.msg === 'pgfence: timed out waiting for lock')).toMatchObject({ level: 'warn', obj: { lock: 'log:b' } });
+    expect(entries.find((e) => e.msg === 'pgfence: lock lost')).toMatchObject({ level: 'warn', obj: { lock: 'log:c', reason: 'session-lost' } });
+    // Keys are logged as strings: JSON loggers cannot serialise bigints.
+    expect(() => JSON.stringify(entries.map((e) => e.obj))).not.toThrow();
+  });
+});
+
+describe('inspect', () => {
+  it('sees locks held by another process, waiters, names and leases', async () => {
+    const child = spawn(process.execPath, [new URL('./fixtures/holder.mjs', import.meta.url).pathname, db.urlWith({ application_name: 'pgfence_holder_proc' }), 'inspect:held'], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    try {
+      await once(child.stdout!, 'data');
+      const locker = track(createLocker({ connectionString: db.url }));
+      const lease = await locker.lease('inspect:lease', { ttlMs: 30_000, owner: 'inspector', data: { n: 1 } });
+      const mine = await locker.acquire('inspect:mine', { mode: 'shared' });
+      const waiting = locker.acquire('inspect:held', { timeoutMs: 30_000 }).catch((e: unknown) => e);
+
+      let report = await locker.inspect();
+      const find = (name: string, state: LockEntry['state']) => report.locks.find((l) => l.name === name && l.state === state);
+      await eventually(async () => {
+        report = await locker.inspect();
+        return find('inspect:held', 'held') !== undefined && find('inspect:held', 'waiting') !== undefined;
+      }, 15_000, 'the other process’s lock and our wait, with names');
+      const held = find('inspect:held', 'held')!;
+      expect(held).toMatchObject({ mode: 'exclusive', applicationName: 'pgfence_holder_proc', mine: false, pid: expect.any(Number) });
+      expect(held.since).toBeInstanceOf(Date);
+      const wait = find('inspect:held', 'waiting')!;
+      expect(wait.waitKind).toBe('blocked');
+      expect(wait.sinceIs).toBe('waiting');
+      expect(find('inspect:mine', 'held')).toMatchObject({ mode: 'shared', mine: true, sinceIs: 'granted' });
+      const l = report.leases.find((x) => x.name === 'inspect:lease')!;
+      expect(l).toMatchObject({ owner: 'inspector', token: lease.token, data: { n: 1 } });
+      expect(l.remainingMs).toBeGreaterThan(0);
+      expect(l.remainingMs).toBeLessThanOrEqual(30_000);
+      expect(report.schema).toBe(true);
+
+      child.kill('SIGKILL');
+      const got = await waiting;
+      expect(got).not.toBeInstanceOf(Error);
+      await (got as { release(): Promise<boolean> }).release();
+      await mine.release();
+      await lease.release();
+    } finally {
+      child.kill('SIGKILL');
+    }
+  });
+});
