@@ -3,7 +3,7 @@
 //
 //   npm run bench                 build, then the full run (about a minute)
 //   node bench/run.js --quick     a short smoke run (about 10 s)
-//   node bench/run.js --only=3    one measurement (1..4); combine with --quick
+//   node bench/run.js --only=3    one measurement (1..5); combine with --quick
 //
 // Database: DATABASE_URL, else postgres://postgres@127.0.0.1:5432/test.
 // Exit status: non-zero only when a measurement crashed; missed targets are reported in the table.
@@ -13,7 +13,7 @@ import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
-import { createLocker, lockKey } from '../dist/index.js';
+import { createLocker, lockKey, migrate } from '../dist/index.js';
 
 const args = process.argv.slice(2);
 const QUICK = args.includes('--quick');
@@ -21,8 +21,8 @@ const ONLY = (() => {
   const a = args.find((x) => x.startsWith('--only='));
   return a ? Number(a.slice('--only='.length)) : null;
 })();
-if ((ONLY !== null && ![1, 2, 3, 4].includes(ONLY)) || args.some((x) => x !== '--quick' && !x.startsWith('--only='))) {
-  console.error('usage: node bench/run.js [--quick] [--only=1|2|3|4]');
+if ((ONLY !== null && ![1, 2, 3, 4, 5].includes(ONLY)) || args.some((x) => x !== '--quick' && !x.startsWith('--only='))) {
+  console.error('usage: node bench/run.js [--quick] [--only=1|2|3|4|5]');
   process.exit(2);
 }
 const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -463,6 +463,52 @@ async function benchManyLocks() {
   }
 }
 
+// ---------------------------------------------------------------- 5. fenced locks and leases vs one durable commit
+
+/**
+ * A fenced acquire issues its token in the grant's own statement, one durable commit; a lease is taken
+ * and released by two durable statements. The floor is one durable commit (an upsert with
+ * synchronous_commit on) on a bare pinned client, measured side by side: a fenced cycle should cost
+ * about the floor plus one round trip (the unlock), a lease cycle about two floors.
+ */
+async function benchDurable() {
+  await migrate({ connectionString: DATABASE_URL });
+  const locker = createLocker({ connectionString: withAppName(DATABASE_URL, `${RUN_ID}_m5`) });
+  const client = await connectClient(`${RUN_ID}_m5b`);
+  try {
+    await client.query('CREATE TABLE IF NOT EXISTS pgfence_bench_commit (id int PRIMARY KEY, n bigint NOT NULL)');
+    const COMMIT = { name: 'bench_commit', text: 'INSERT INTO pgfence_bench_commit VALUES (1, 1) ON CONFLICT (id) DO UPDATE SET n = pgfence_bench_commit.n + 1' };
+    const floorCycle = async () => {
+      await client.query(COMMIT);
+    };
+    const fencedCycle = async () => {
+      const h = await locker.acquire(`${RUN_ID}/fenced`, { fencing: true });
+      if (h.token === null) throw new Error('fenced acquire without a token');
+      await h.release();
+    };
+    const leaseCycle = async () => {
+      const l = await locker.lease(`${RUN_ID}/lease`, { ttlMs: 10_000, renew: false });
+      await l.release();
+    };
+    for (const c of [floorCycle, fencedCycle, leaseCycle]) await throughput(1, CFG.warmupMs / 2, c);
+    const rounds = Math.max(3, Math.round(CFG.rounds / 2));
+    const fenced = await interleaved(rounds, CFG.roundMs, (ms) => throughput(1, ms, fencedCycle), (ms) => throughput(1, ms, floorCycle));
+    const lease = await interleaved(rounds, CFG.roundMs, (ms) => throughput(1, ms, leaseCycle), (ms) => throughput(1, ms, floorCycle));
+    notes.push(
+      `5. rounds (cycles/s): fenced ${roundList(fenced.aAll)} vs floor ${roundList(fenced.bAll)}; lease ${roundList(lease.aAll)} vs floor ${roundList(lease.bAll)}`,
+    );
+    const floorMs = 1000 / fenced.b;
+    row('5. fenced acquire+release (1 durable commit + 1 RT)', fmtRate(fenced.a), fmtRate(fenced.b), fmtRatio(fenced.pairedRatio), 'info: ~floor + 1 RT', null);
+    row('5. ... fenced cycle vs one durable commit', fmtMs(1000 / fenced.a), fmtMs(floorMs), '', '<= floor + 1 ms', 1000 / fenced.a <= floorMs + 1);
+    row('5. ... statements per fenced cycle', perCycle(fenced.aQueries), perCycle(fenced.bQueries), '', '= 2', fenced.aQueries <= 2.05);
+    row('5. lease acquire+release (2 durable commits)', fmtRate(lease.a), fmtRate(lease.b), fmtRatio(lease.pairedRatio), '>= 0.40x', lease.pairedRatio >= 0.4);
+    row('5. ... statements per lease cycle', perCycle(lease.aQueries), perCycle(lease.bQueries), '', '= 2', lease.aQueries <= 2.05);
+  } finally {
+    await client.query('DROP TABLE IF EXISTS pgfence_bench_commit').catch(() => {});
+    await closeAll(locker, client);
+  }
+}
+
 // ---------------------------------------------------------------- main
 
 /** Share of the machine's CPU time that was busy over `ms` (Linux /proc/stat), or null elsewhere. */
@@ -510,6 +556,7 @@ const MEASUREMENTS = [
   [2, '64 workers on 64 keys', benchConcurrent],
   [3, 'contended hand-off', benchHandoff],
   [4, '10,000 locks held at once', benchManyLocks],
+  [5, 'fenced locks and leases vs one durable commit', benchDurable],
 ];
 
 async function main() {

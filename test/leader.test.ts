@@ -30,7 +30,7 @@ function candidates(n: number, name: string) {
   return { all, log };
 }
 
-const leaders = (all: { election: LeaderElection }[]) => all.filter((c) => c.election.isLeader);
+const leaders = <T extends { election: LeaderElection }>(all: T[]): T[] => all.filter((c) => c.election.isLeader);
 
 describe('leader election', () => {
   it('three candidates: the leader’s backend is killed, the old leader is demoted first, the new one has a higher epoch', async () => {
