@@ -121,11 +121,14 @@ export function describeLock(name: string | null, key: bigint): string {
 const MISSING_SCHEMA_CODES = new Set(['42883', '3F000', '42P01']);
 
 /**
- * The error for a statement that needed pgfence's schema (undefined function, schema or table),
- * or null when `err` is something else.
+ * The error for a statement that failed for a reason pgfence knows: it needed pgfence's schema
+ * (undefined function, schema or table), or a key's fencing tokens are exhausted. Null otherwise.
  */
 export function schemaMissingError(err: unknown): PgfenceError | null {
   const code = (err as { code?: unknown } | null)?.code;
+  if (code === 'PGF02') {
+    return new PgfenceError('PGFENCE_TOKENS_EXHAUSTED', `${(err as Error).message}; use another lock name`, { cause: err });
+  }
   if (typeof code !== 'string' || !MISSING_SCHEMA_CODES.has(code)) return null;
   return new PgfenceError(
     'PGFENCE_NOT_MIGRATED',

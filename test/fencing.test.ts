@@ -244,3 +244,19 @@ describe('lockKey is what the database sees', () => {
     await h.release();
   });
 });
+
+describe('token exhaustion', () => {
+  it('issues the int64 maximum once, then refuses rather than wrap, and leaves no lock behind', async () => {
+    const locker = open();
+    const key = lockKey('fence:exhausted');
+    await pool.query(`INSERT INTO pgfence.fencing_tokens (key, token) VALUES ($1, 9223372036854775806)`, [key]);
+    const last = await locker.acquire('fence:exhausted', { fencing: true });
+    expect(last.token).toBe(2n ** 63n - 1n);
+    await last.release();
+    await expect(locker.acquire('fence:exhausted', { fencing: true })).rejects.toMatchObject({ code: 'PGFENCE_TOKENS_EXHAUSTED' });
+    await expect(locker.lease('fence:exhausted')).rejects.toMatchObject({ code: 'PGFENCE_TOKENS_EXHAUSTED' });
+    const h = await open().tryAcquire('fence:exhausted');
+    expect(h).not.toBeNull(); // the refused grant was given back
+    await h!.release();
+  });
+});

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { LockUnavailableError, PgfenceError, schemaMissingError } from '../errors.js';
+import { LockUnavailableError, schemaMissingError } from '../errors.js';
 import type { Logger } from '../observe/logger.js';
 import {
   batchSql,
@@ -361,8 +361,7 @@ function undoFor(code: OpCode, key: bigint, held: Set<string>): OpCode[] {
 
 /** What the callers of a failed lock statement are told. */
 function statementFailure(cause: Error): Error {
-  const missing = schemaMissingError(cause);
-  if (missing) return missing;
-  if ((cause as { code?: string }).code === 'PGF02') return new PgfenceError('PGFENCE_TOKENS_EXHAUSTED', cause.message, { cause });
+  const known = schemaMissingError(cause);
+  if (known) return known;
   return new LockUnavailableError(`a lock statement failed: ${cause.message}`, { cause });
 }

