@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LockTimeoutError, NestedLockError } from '../src/index.js';
-import { sleep, useMigratedDatabase } from './support/db.js';
+import { LockLostError, LockTimeoutError, NestedLockError } from '../src/index.js';
+import { eventually, sleep, useMigratedDatabase } from './support/db.js';
 import { lockKinds, type LockKindUnderTest, type Participant } from './support/kinds.js';
 
 /**
@@ -160,5 +160,30 @@ describe.each(lockKinds.filter((k) => k.shared))('conformance, shared mode: $nam
     release();
     await holder;
     expect((await p.b.tryWithLock('conformance:ex', async () => 1, { mode: 'shared' })).acquired).toBe(true);
+  });
+});
+
+describe.each(lockKinds.filter((k) => k.holdAndLose))('conformance, loss signalling: $name', (kind) => {
+  let url: string;
+  beforeAll(async () => {
+    url = (await useMigratedDatabase(`conf_lossdb_${kind.name}`)).url;
+  });
+
+  it('aborts the holder’s signal with a LockLostError, and others can then take the lock', async () => {
+    const held = await kind.holdAndLose!(url, 'conformance:loss');
+    try {
+      expect(held.signal.aborted).toBe(false);
+      await held.lose();
+      await eventually(() => held.signal.aborted, 15_000, 'the loss to be signalled');
+      expect(held.signal.reason).toBeInstanceOf(LockLostError);
+      const other = await kind.open(url);
+      try {
+        expect(await other.withLock('conformance:loss', async () => 'taken', { timeoutMs: 15_000 })).toBe('taken');
+      } finally {
+        await other.close();
+      }
+    } finally {
+      await held.close();
+    }
   });
 });

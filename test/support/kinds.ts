@@ -2,6 +2,7 @@ import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import { createLocker, tryXactLock, xactLock, type Locker } from '../../src/index.js';
 import * as kyselyLocks from '../../src/kysely/index.js';
+import { appName, killBackends } from './db.js';
 
 export type Mode = 'exclusive' | 'shared';
 export interface LockOpts {
@@ -26,6 +27,11 @@ export interface LockKindUnderTest {
   /** Has a shared mode (leases are exclusive only). */
   shared: boolean;
   open(url: string): Promise<Participant>;
+  /**
+   * For kinds whose handles signal loss: takes `name` and makes the kind's natural loss happen to it
+   * (its session is killed; its lease runs out unrenewed).
+   */
+  holdAndLose?(url: string, name: string): Promise<{ signal: AbortSignal; lose(): Promise<void>; close(): Promise<void> }>;
 }
 
 function lockerParticipant(locker: Locker, extra: () => Promise<void> = async () => {}): Participant {
@@ -44,11 +50,22 @@ function lockerParticipant(locker: Locker, extra: () => Promise<void> = async ()
   };
 }
 
+/** A session lock whose backends are then killed. */
+async function holdAndKill(url: string, name: string, maxSessions: number) {
+  const app = appName('loss');
+  const u = new URL(url);
+  u.searchParams.set('application_name', app);
+  const locker = createLocker({ connectionString: u.toString(), maxSessions });
+  const handle = await locker.acquire(name);
+  return { signal: handle.signal, lose: async () => void (await killBackends(url, app)), close: () => locker.close() };
+}
+
 /** Session locks on one pinned session per participant. */
 const session: LockKindUnderTest = {
   name: 'session',
   shared: true,
   open: async (url) => lockerParticipant(createLocker({ connectionString: url, maxSessions: 1 })),
+  holdAndLose: (url, name) => holdAndKill(url, name, 1),
 };
 
 /** Session locks multiplexed over two sessions that also carry 200 unrelated held locks. */
@@ -62,6 +79,7 @@ const multiplexed: LockKindUnderTest = {
       await Promise.all(noise.map((h) => h.release()));
     });
   },
+  holdAndLose: (url, name) => holdAndKill(url, name, 2),
 };
 
 /** pg_advisory_xact_lock on node-postgres clients, one transaction per critical section. */
@@ -153,6 +171,12 @@ const lease: LockKindUnderTest = {
         locker.withLease(name, () => locker.lease(name, { timeoutMs: 1000 }).then(() => new Error('re-entry was allowed'), (err: unknown) => err)),
       close: () => locker.close(),
     };
+  },
+  holdAndLose: async (url, name) => {
+    const locker = createLocker({ connectionString: url });
+    const lease = await locker.lease(name, { ttlMs: 400, renew: false });
+    // A lease's loss is its expiry: here nobody renews it.
+    return { signal: lease.signal, lose: async () => {}, close: () => locker.close() };
   },
 };
 
