@@ -6,7 +6,8 @@ export default defineConfig({
     globalSetup: ['test/support/global-setup.ts'],
     // Child processes, not threads: fault tests send signals and kill sockets.
     pool: 'forks',
-    maxWorkers: 4,
+    // Two files at a time: the shared server allows 100 connections, and each file opens a few dozen at most.
+    maxWorkers: 2,
     testTimeout: 60_000,
     hookTimeout: 120_000,
     reporters: ['default'],

