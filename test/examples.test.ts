@@ -1,0 +1,71 @@
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { useMigratedDatabase } from './support/db.js';
+
+const run = promisify(execFile);
+const root = fileURLToPath(new URL('..', import.meta.url));
+let url: string;
+
+beforeAll(async () => {
+  url = (await useMigratedDatabase('examples')).url;
+});
+
+/** Each program in examples/ runs as a user would run it (importing 'pgfence'), against its own database. */
+async function example(name: string): Promise<string> {
+  const { stdout } = await run(process.execPath, [`examples/${name}.mjs`], {
+    cwd: root,
+    env: { ...process.env, DATABASE_URL: url },
+    timeout: 60_000,
+  });
+  return stdout;
+}
+
+describe('examples/', () => {
+  it('critical-section: concurrent charges never interleave', async () => {
+    expect(await example('critical-section')).toContain('balance after 20 concurrent charges of 1: 80');
+  });
+
+  it('skip-if-busy: the second instance skips', async () => {
+    const out = await example('skip-if-busy');
+    expect(out).toContain('instance a: report built');
+    expect(out).toContain('instance b: skipped');
+  });
+
+  it('fenced-write: the stale holder is refused', async () => {
+    const out = await example('fenced-write');
+    expect(out).toContain('old holder lost its lease: true');
+    expect(out).toMatch(/old holder writes: applied=false reason=stale currentToken=\d+/);
+    expect(out).toContain('invoice 42 is paid');
+  });
+
+  it('transaction-lock: numbers are issued once each', async () => {
+    expect(await example('transaction-lock')).toContain('numbers issued: 1,2,3,4,5,6,7,8,9,10');
+  });
+
+  it('kysely: a guarded builder refuses an older token', async () => {
+    const out = await example('kysely');
+    expect(out).toMatch(/update with the older token \d+: 0 rows updated/);
+    expect(out).toContain('balance: 85');
+  });
+
+  it('semaphore: never more calls in flight than permits', async () => {
+    expect(await example('semaphore')).toContain('12 calls, at most 3 in flight');
+  });
+
+  it('leader: a resignation hands over with a higher epoch', async () => {
+    const out = await example('leader');
+    const epochs = [...out.matchAll(/elected, epoch (\d+)/g)].map((m) => Number(m[1]));
+    expect(epochs).toHaveLength(2);
+    expect(epochs[1]).toBeGreaterThan(epochs[0]!);
+    expect(out).toContain('(resigned)');
+  });
+
+  it('observe: events, inspect and stats', async () => {
+    const out = await example('observe');
+    expect(out).toContain('held: example:report (exclusive)');
+    expect(out).toMatch(/lease: example:import owner=importer-1 token=\d+ left=\d+s/);
+    expect(out).toContain('"acquired":2');
+  });
+});
