@@ -1,4 +1,4 @@
-import { LockLostError, LockTimeoutError, LockUnavailableError } from '../errors.js';
+import { LockLostError, LockUnavailableError } from '../errors.js';
 import { internalKey, type LockTarget } from '../keys.js';
 import type { Observer } from '../observe/observer.js';
 import type { ReleaseListener } from '../session/listener.js';
@@ -7,7 +7,7 @@ import { SessionLostError } from '../session/session.js';
 import type { SessionPool } from '../session/session-pool.js';
 import { BaseHandle, type LockHandle } from './handle.js';
 import { releaseSlotSql, tryAnySlotSql } from './semaphore-sql.js';
-import { closedError, WaitLine, type Attempt, type LineRequest } from './wait-line.js';
+import { closedError, WaitLines, type Attempt, type LineRequest } from './wait-line.js';
 
 export interface SemaphoreOptions {
   /** How many holders at most, across every process. Use the same number everywhere for a name. */
@@ -52,23 +52,23 @@ export function semaphoreKeys(target: LockTarget, permits: number): { baseKey: b
  * base key, where one statement takes the first free slot.
  */
 export class SemaphoreManager {
-  private readonly lines = new Map<bigint, WaitLine<PermitRequest, PermitHandle>>();
+  private readonly lines: WaitLines<PermitRequest, PermitHandle>;
   private readonly holding = new Set<PermitHandle>();
   closed = false;
 
   constructor(
     private readonly sessions: SessionPool,
-    private readonly listener: ReleaseListener,
+    listener: ReleaseListener,
     private readonly observer: Observer,
-  ) {}
+  ) {
+    this.lines = new WaitLines('semaphore', sessions, listener, observer, (request, polite) => this.attempt(request, polite));
+  }
 
   get held(): number {
     return this.holding.size;
   }
   get waiting(): number {
-    let n = 0;
-    for (const line of this.lines.values()) n += line.length;
-    return n;
+    return this.lines.waiting;
   }
 
   /** This locker's permits, by backend pid and slot key, with their grant. */
@@ -81,21 +81,21 @@ export class SemaphoreManager {
 
   acquire(request: PermitRequest, nullOnTimeout: boolean): Promise<PermitHandle | null> {
     if (this.closed) return Promise.reject(closedError());
-    return this.lineOf(request.baseKey).enqueue(request, nullOnTimeout);
+    return this.lines.enqueue(request.baseKey, request, nullOnTimeout);
   }
 
   onRelease(key: bigint): void {
-    this.lines.get(key)?.wake();
+    this.lines.wake(key);
   }
 
   onSessionLost(session: Session, err: Error): void {
-    for (const line of this.lines.values()) line.sessionLost(session);
+    this.lines.sessionLost(session);
     for (const h of [...this.holding]) if (h.session === session) this.lose(h, err);
   }
 
   async close(): Promise<void> {
     this.closed = true;
-    for (const line of [...this.lines.values()]) line.close(closedError());
+    this.lines.close(closedError());
     await Promise.all([...this.holding].map((h) => h.release()));
   }
 
@@ -108,7 +108,7 @@ export class SemaphoreManager {
     } catch {
       return false; // the session is gone, and the permit with it
     } finally {
-      this.lines.get(handle.baseKey)?.wake();
+      this.lines.wake(handle.baseKey);
     }
   }
 
@@ -142,29 +142,6 @@ export class SemaphoreManager {
     return { granted: handle };
   }
 
-  private lineOf(baseKey: bigint): WaitLine<PermitRequest, PermitHandle> {
-    let line = this.lines.get(baseKey);
-    if (!line) {
-      const created: WaitLine<PermitRequest, PermitHandle> = new WaitLine(baseKey, this.sessions, this.listener, {
-        attempt: (request, polite) => this.attempt(request, polite),
-        giveBack: (handle) => void handle.release(),
-        granted: (_request, handle, waitMs) => this.observer.acquired(handle, waitMs),
-        contention: (request) => this.observer.contention(info(request)),
-        timeout: (request, waitMs) => this.observer.timeout(info(request), waitMs),
-        timeoutError: (request) => new LockTimeoutError(request.target.name, request.target.key, request.timeoutMs),
-        idle: () => {
-          if (this.lines.get(baseKey) === created) this.lines.delete(baseKey);
-        },
-      });
-      line = created;
-      this.lines.set(baseKey, line);
-    }
-    return line;
-  }
-}
-
-function info(request: PermitRequest) {
-  return { kind: 'semaphore' as const, name: request.target.name, key: request.target.key, mode: 'exclusive' as const };
 }
 
 /** One permit: the slot key it holds, on the session that holds it. */

@@ -1,6 +1,5 @@
 import {
   LockLostError,
-  LockTimeoutError,
   LockUnavailableError,
   PgfenceError,
   schemaMissingError,
@@ -14,7 +13,7 @@ import type { ReleaseListener } from '../session/listener.js';
 import type { Session } from '../session/session.js';
 import type { SessionPool } from '../session/session-pool.js';
 import { BaseHandle, type LockHandle } from '../advisory/handle.js';
-import { closedError, WaitLine, type Attempt } from '../advisory/wait-line.js';
+import { closedError, WaitLines, type Attempt } from '../advisory/wait-line.js';
 import { acquireLeaseSql, releaseLeaseSql, renewLeaseSql } from './lease-sql.js';
 
 export interface LeaseRequest {
@@ -54,42 +53,42 @@ interface AcquireRow {
  * when the current lease is due to expire, or at its poll.
  */
 export class LeaseManager {
-  private readonly lines = new Map<bigint, WaitLine<LeaseRequest, LeaseHandleImpl>>();
+  private readonly lines: WaitLines<LeaseRequest, LeaseHandleImpl>;
   private readonly holding = new Set<LeaseHandleImpl>();
   closed = false;
 
   constructor(
     private readonly source: ConnectionSource,
-    private readonly sessions: SessionPool,
-    private readonly listener: ReleaseListener,
+    sessions: SessionPool,
+    listener: ReleaseListener,
     readonly observer: Observer,
-  ) {}
+  ) {
+    this.lines = new WaitLines('lease', sessions, listener, observer, (request) => this.attempt(request));
+  }
 
   get held(): number {
     return this.holding.size;
   }
   get waiting(): number {
-    let n = 0;
-    for (const line of this.lines.values()) n += line.length;
-    return n;
+    return this.lines.waiting;
   }
 
   acquire(request: LeaseRequest, nullOnTimeout: boolean): Promise<LeaseHandleImpl | null> {
     if (this.closed) return Promise.reject(closedError());
-    return this.lineOf(request.target.key).enqueue(request, nullOnTimeout);
+    return this.lines.enqueue(request.target.key, request, nullOnTimeout);
   }
 
   onRelease(key: bigint): void {
-    this.lines.get(key)?.wake();
+    this.lines.wake(key);
   }
 
   onSessionLost(session: Session): void {
-    for (const line of this.lines.values()) line.sessionLost(session);
+    this.lines.sessionLost(session);
   }
 
   async close(): Promise<void> {
     this.closed = true;
-    for (const line of [...this.lines.values()]) line.close(closedError());
+    this.lines.close(closedError());
     await Promise.all([...this.holding].map((h) => h.release()));
   }
 
@@ -122,7 +121,7 @@ export class LeaseManager {
     } catch {
       return false; // unreachable: the lease expires on its own at its TTL
     } finally {
-      this.lines.get(handle.key)?.wake();
+      this.lines.wake(handle.key);
     }
   }
 
@@ -161,29 +160,6 @@ export class LeaseManager {
     return { granted: handle };
   }
 
-  private lineOf(key: bigint): WaitLine<LeaseRequest, LeaseHandleImpl> {
-    let line = this.lines.get(key);
-    if (!line) {
-      const created: WaitLine<LeaseRequest, LeaseHandleImpl> = new WaitLine(key, this.sessions, this.listener, {
-        attempt: (request) => this.attempt(request),
-        giveBack: (handle) => void handle.release(),
-        granted: (_request, handle, waitMs) => this.observer.acquired(handle, waitMs),
-        contention: (request) => this.observer.contention(info(request)),
-        timeout: (request, waitMs) => this.observer.timeout(info(request), waitMs),
-        timeoutError: (request) => new LockTimeoutError(request.target.name, request.target.key, request.timeoutMs),
-        idle: () => {
-          if (this.lines.get(key) === created) this.lines.delete(key);
-        },
-      });
-      line = created;
-      this.lines.set(key, line);
-    }
-    return line;
-  }
-}
-
-function info(request: LeaseRequest) {
-  return { kind: 'lease' as const, name: request.target.name, key: request.target.key, mode: 'exclusive' as const };
 }
 
 /**
