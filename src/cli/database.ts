@@ -11,6 +11,15 @@ export function databaseUrl(args: ParsedArgs, env: NodeJS.ProcessEnv = process.e
   const url = stringFlag(args, 'database-url') ?? (env.DATABASE_URL?.trim() ? env.DATABASE_URL : undefined);
   if (url === undefined) throw new UsageError('no database: pass --database-url <url> or set DATABASE_URL');
   if (url.trim() === '') throw new UsageError('--database-url must not be empty');
+  // node-postgres reads URLs (and socket paths); anything else would quietly become some other host.
+  if (!url.startsWith('/')) {
+    try {
+      new URL(url);
+    } catch {
+      const from = stringFlag(args, 'database-url') === undefined ? 'DATABASE_URL' : '--database-url';
+      throw new UsageError(`${from}: expected a URL such as postgres://user@host:5432/database, got "${redactUrl(url)}"`);
+    }
+  }
   return url;
 }
 

@@ -5,7 +5,7 @@
  */
 
 import { spawn, type ChildProcess } from 'node:child_process';
-import { constants } from 'node:os';
+import { constants, hostname } from 'node:os';
 import type { LockHandle } from '../advisory/handle.js';
 import { LockLostError, LockTimeoutError, LockUnavailableError, PgfenceError } from '../errors.js';
 import { lockKey } from '../keys.js';
@@ -255,7 +255,7 @@ async function runLocked(o: RunOptions): Promise<number> {
 
 async function acquire(locker: Locker, o: RunOptions, signal: AbortSignal): Promise<LockHandle | null> {
   if (o.lease) {
-    const opts = { ttlMs: o.ttlMs, signal, owner: `pgfence run pid ${process.pid}` };
+    const opts = { ttlMs: o.ttlMs, signal, owner: `pgfence run on ${hostname()} pid ${process.pid}` };
     return o.waitMs === 0 ? locker.tryLease(o.name, opts) : locker.lease(o.name, { ...opts, timeoutMs: o.waitMs });
   }
   const opts = { fencing: o.fencing, ttlMs: o.ttlMs, signal };

@@ -148,7 +148,7 @@ export function renderReport(report: LockReport): string {
   }
   out.push('');
   if (!report.schema) {
-    out.push("leases: unknown: pgfence's schema is not in this database, so locks are listed by key.");
+    out.push("pgfence's schema is not in this database: locks are listed by key, and leases are not shown.");
     out.push('Run `pgfence migrate` for lock names and leases.');
     return out.join('\n');
   }

@@ -1,0 +1,390 @@
+// The pgfence command, run as a real child process (dist/cli/main.js) against a database of this file's own.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { appName, eventually, freePortUrl, killBackends, useMigratedDatabase, useTestDatabase } from './support/db.js';
+
+const MAIN = fileURLToPath(new URL('../dist/cli/main.js', import.meta.url));
+const CHILD = fileURLToPath(new URL('./fixtures/cli/child.mjs', import.meta.url));
+const node = process.execPath;
+
+let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
+let dir: string;
+const running = new Set<ChildProcess>();
+
+beforeAll(async () => {
+  db = await useMigratedDatabase('cli');
+  dir = mkdtempSync(join(tmpdir(), 'pgfence-cli-'));
+});
+afterAll(() => {
+  for (const p of running) p.kill('SIGKILL');
+  rmSync(dir, { recursive: true, force: true });
+});
+
+interface Result {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Starts `pgfence <args>` with DATABASE_URL set to this file's database (override with `env`). */
+function start(args: string[], env: Record<string, string | undefined> = {}) {
+  const proc = spawn(node, [MAIN, ...args], {
+    env: { ...process.env, DATABASE_URL: db.url, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  running.add(proc);
+  const out = { stdout: '', stderr: '' };
+  proc.stdout!.on('data', (d: Buffer) => (out.stdout += d.toString()));
+  proc.stderr!.on('data', (d: Buffer) => (out.stderr += d.toString()));
+  const done = new Promise<Result>((resolve) =>
+    proc.on('close', (code, signal) => {
+      running.delete(proc);
+      resolve({ code, signal, ...out });
+    }),
+  );
+  return { proc, out, done };
+}
+
+const pgfence = (args: string[], env?: Record<string, string | undefined>) => start(args, env).done;
+const file = (name: string) => join(dir, name);
+const read = (name: string) => (existsSync(file(name)) ? readFileSync(file(name), 'utf8') : '');
+
+describe('--help and usage errors', () => {
+  it.each([
+    ['migrate', ['--database-url']],
+    ['status', ['--watch', '--json', '--database-url']],
+    ['run', ['--wait', '--ttl', '--lease', '--kill-after', '--no-fencing', 'PGFENCE_TOKEN', '75', '70']],
+    ['bench', ['--seconds', '--workers']],
+  ])('pgfence %s --help exits 0 and lists its options', async (command, options) => {
+    const r = await pgfence([command, '--help'], { DATABASE_URL: undefined });
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain(`usage: pgfence ${command}`);
+    for (const o of options) expect(r.stdout).toContain(o);
+  });
+
+  it.each([
+    [['run', 'x', '--wait', 'abc', '--', 'true'], /--wait: expected a duration.*"abc"/],
+    [['run', 'x', '--wait', '-5s', '--', 'true'], /--wait: must not be negative/],
+    [['run', 'x', '--ttl', '10x', '--', 'true'], /--ttl: expected a duration/],
+    [['run', 'x', '--lease', '--ttl', '50ms', '--', 'true'], /--ttl: a lease's TTL must be at least 100ms/],
+    [['run', 'x', '--kill-after=soon', '--', 'true'], /--kill-after: expected a duration/],
+    [['run', 'x', '--wait'], /--wait needs a value/],
+    [['run', 'x'], /missing the command/],
+    [['run', 'x', '--'], /missing the command/],
+    [['run', '--', 'true'], /missing the lock name/],
+    [['run', 'x', '--bogus', '--', 'true'], /unknown option --bogus/],
+    [['status', '--bogus'], /unknown option --bogus/],
+    [['status', '--watch=abc'], /--watch: expected a duration/],
+    [['status', 'extra'], /unexpected argument "extra"/],
+    [['migrate', '-x'], /unknown option -x/],
+    [['bench', '--seconds', 'many'], /--seconds: expected a number/],
+    [['bench', '--seconds', '-1'], /--seconds: must be at least 2/],
+    [['status', '--database-url', 'not a url'], /expected a URL/],
+  ])('pgfence %j exits 64 with a message', async (args, message) => {
+    const r = await pgfence(args);
+    expect(r.code).toBe(64);
+    expect(r.stderr).toMatch(message);
+    expect(r.stderr).toContain('usage: pgfence');
+  });
+
+  it('says where the database comes from when neither --database-url nor DATABASE_URL is set', async () => {
+    for (const command of ['migrate', 'status', 'bench']) {
+      const r = await pgfence([command], { DATABASE_URL: undefined });
+      expect(r.code).toBe(64);
+      expect(r.stderr).toMatch(/--database-url.*DATABASE_URL/);
+    }
+    const r = await pgfence(['run', 'x', '--', 'true'], { DATABASE_URL: '' });
+    expect(r.code).toBe(64);
+    expect(r.stderr).toMatch(/DATABASE_URL/);
+  });
+
+  it('an unknown subcommand exits 64', async () => {
+    const r = await pgfence(['frobnicate']);
+    expect(r.code).toBe(64);
+    expect(r.stderr).toContain('unknown command');
+  });
+});
+
+describe('pgfence migrate', () => {
+  it('applies the schema to a fresh database, then reports it up to date', async () => {
+    const fresh = await useTestDatabase('cli_migrate');
+    const first = await pgfence(['migrate', '--database-url', fresh.url]);
+    expect(first.code).toBe(0);
+    expect(first.stdout).toMatch(/applied migrations\/0001_\w+\.sql/);
+    expect(first.stdout).not.toContain('nothing to apply');
+    const second = await pgfence(['migrate'], { DATABASE_URL: fresh.url });
+    expect(second.code).toBe(0);
+    expect(second.stdout).toContain('up to date (nothing to apply)');
+  });
+
+  it('prints the message and code of a failure and exits 1', async () => {
+    const r = await pgfence(['migrate', '--database-url', await freePortUrl(db.url)]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/pgfence migrate: .*could not connect.*\(PGFENCE_UNAVAILABLE\)/);
+  });
+});
+
+describe('pgfence run', () => {
+  it('gives the child PGFENCE_LOCK and a numeric PGFENCE_TOKEN that increases across runs', async () => {
+    const tokens: bigint[] = [];
+    for (let i = 0; i < 3; i++) {
+      const r = await pgfence(['run', 'cli:env', '--', node, CHILD, 'env', file(`env${i}.json`)]);
+      expect(r.code).toBe(0);
+      const env = JSON.parse(read(`env${i}.json`)) as { lock: string; key: string; token: string };
+      expect(env.lock).toBe('cli:env');
+      expect(env.token).toMatch(/^\d+$/);
+      expect(env.key).toMatch(/^-?\d+$/);
+      tokens.push(BigInt(env.token));
+    }
+    expect(tokens[1]!).toBeGreaterThan(tokens[0]!);
+    expect(tokens[2]!).toBeGreaterThan(tokens[1]!);
+    // A lease of the same name continues the same counter.
+    const r = await pgfence(['run', 'cli:env', '--lease', '--', node, CHILD, 'env', file('env-lease.json')]);
+    expect(r.code).toBe(0);
+    expect(BigInt((JSON.parse(read('env-lease.json')) as { token: string }).token)).toBeGreaterThan(tokens[2]!);
+  });
+
+  it("passes the child's exit status through (128 + signal number when it died by a signal)", async () => {
+    expect((await pgfence(['run', 'cli:exit', '--', node, CHILD, 'exit', '0'])).code).toBe(0);
+    expect((await pgfence(['run', 'cli:exit', '--', node, CHILD, 'exit', '7'])).code).toBe(7);
+    expect((await pgfence(['run', 'cli:exit', '--', node, CHILD, 'selfkill', 'SIGKILL'])).code).toBe(128 + 9);
+  });
+
+  it('exits 127 when the command does not exist, and the lock is free afterwards', async () => {
+    const r = await pgfence(['run', 'cli:enoent', '--', 'pgfence-no-such-command-anywhere']);
+    expect(r.code).toBe(127);
+    expect(r.stderr).toContain('command not found');
+    expect((await pgfence(['run', 'cli:enoent', '--', node, CHILD, 'exit', '0'])).code).toBe(0);
+  });
+
+  it('never runs two children of one name at once; with --wait 0 a busy lock exits 75 without running', async () => {
+    const name = 'cli:overlap';
+    const first = start(['run', name, '--', node, CHILD, 'interval', file('ov-a'), '1500']);
+    await eventually(() => read('ov-a').includes('start'), 20_000, 'the first child to start');
+
+    const busy = await pgfence(['run', name, '--wait', '0', '--', node, CHILD, 'interval', file('ov-busy'), '10']);
+    expect(busy.code).toBe(75);
+    expect(busy.stderr).toMatch(/lock "cli:overlap" is busy \(held elsewhere\); not running/);
+    expect(existsSync(file('ov-busy'))).toBe(false);
+
+    // Waiters queue up and run one after another.
+    const waiters = ['ov-b', 'ov-c', 'ov-d'].map((f) => start(['run', name, '--wait', '60s', '--', node, CHILD, 'interval', file(f), '200']));
+    const results = await Promise.all([first.done, ...waiters.map((w) => w.done)]);
+    expect(results.map((r) => r.code)).toEqual([0, 0, 0, 0]);
+
+    const intervals = ['ov-a', 'ov-b', 'ov-c', 'ov-d'].map((f) => {
+      const text = read(f);
+      const start = Number(/start (\d+)/.exec(text)![1]);
+      const end = Number(/end (\d+)/.exec(text)![1]);
+      return { f, start, end };
+    });
+    intervals.sort((a, b) => a.start - b.start);
+    expect(intervals[0]!.f).toBe('ov-a');
+    for (let i = 1; i < intervals.length; i++) expect(intervals[i]!.start).toBeGreaterThanOrEqual(intervals[i - 1]!.end);
+  });
+
+  it('forwards SIGTERM to the child, keeps the lock until it exits, and exits with its status', async () => {
+    const run = start(['run', 'cli:signal', '--', node, CHILD, 'trap', file('sig-ready'), file('sig-got'), '3']);
+    await eventually(() => existsSync(file('sig-ready')), 20_000, 'the child to be ready');
+    run.proc.kill('SIGTERM');
+    const r = await run.done;
+    expect(read('sig-got')).toBe('SIGTERM\n');
+    expect(r.code).toBe(3);
+    // Released on the way out.
+    expect((await pgfence(['run', 'cli:signal', '--wait', '0', '--', node, CHILD, 'exit', '0'])).code).toBe(0);
+  });
+
+  it('forwards SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 too', async () => {
+    const run = start(['run', 'cli:signals', '--', node, '-e', `
+      const fs = require('node:fs');
+      for (const s of ['SIGINT', 'SIGHUP', 'SIGUSR1', 'SIGUSR2']) process.on(s, () => {
+        fs.appendFileSync(${JSON.stringify(file('sigs-got'))}, s + '\\n');
+        if (s === 'SIGUSR2') process.exit(0);
+      });
+      fs.writeFileSync(${JSON.stringify(file('sigs-ready'))}, 'ready');
+      setInterval(() => {}, 60000);`]);
+    await eventually(() => existsSync(file('sigs-ready')), 20_000, 'the child to be ready');
+    for (const s of ['SIGINT', 'SIGHUP', 'SIGUSR1', 'SIGUSR2'] as const) {
+      run.proc.kill(s);
+      await eventually(() => read('sigs-got').includes(s), 10_000, `${s} to reach the child`);
+    }
+    expect((await run.done).code).toBe(0);
+  });
+
+  it('a lost lock (backend killed) SIGTERMs the child and exits 70', async () => {
+    const app = appName('cli_lost');
+    const run = start([
+      'run', 'cli:lost', '--database-url', db.urlWith({ application_name: app }), '--',
+      node, CHILD, 'trap', file('lost-ready'), file('lost-got'), '0',
+    ]);
+    await eventually(() => existsSync(file('lost-ready')), 20_000, 'the child to be ready');
+    expect(await killBackends(db.url, app)).toBeGreaterThan(0);
+    const r = await run.done;
+    expect(read('lost-got')).toBe('SIGTERM\n');
+    expect(r.code).toBe(70);
+    expect(r.stderr).toMatch(/lock "cli:lost" was lost: its database session ended; stopping/);
+  });
+
+  it('SIGKILLs a child that ignores SIGTERM after --kill-after', async () => {
+    const app = appName('cli_kill');
+    const run = start([
+      'run', 'cli:kill', '--kill-after', '300ms', '--database-url', db.urlWith({ application_name: app }), '--',
+      node, CHILD, 'trap', file('kill-ready'), file('kill-got'), 'ignore',
+    ]);
+    await eventually(() => existsSync(file('kill-ready')), 20_000, 'the child to be ready');
+    const pid = Number(read('kill-ready'));
+    expect(await killBackends(db.url, app)).toBeGreaterThan(0);
+    const r = await run.done;
+    expect(r.code).toBe(70);
+    expect(read('kill-got')).toBe('SIGTERM\n');
+    expect(r.stderr).toContain('sending SIGKILL');
+    expect(() => process.kill(pid, 0)).toThrow(); // gone
+  });
+
+  it('--ttl bounds an advisory hold: past it the child is stopped and the exit is 70', async () => {
+    const r = await pgfence(['run', 'cli:ttl', '--ttl', '300ms', '--', node, CHILD, 'trap', file('ttl-ready'), file('ttl-got'), '0']);
+    expect(r.code).toBe(70);
+    expect(read('ttl-got')).toBe('SIGTERM\n');
+    expect(r.stderr).toContain('--ttl ran out');
+  });
+
+  it('--lease renews the lease while the child runs longer than its TTL', async () => {
+    const r = await pgfence(['run', 'cli:lease', '--lease', '--ttl', '500ms', '--', node, CHILD, 'interval', file('lease-run'), '1500']);
+    expect(r.code).toBe(0);
+    expect(read('lease-run')).toMatch(/start \d+\nend \d+/);
+  });
+
+  it('refuses (78) when the schema is missing, unless --no-fencing (no PGFENCE_TOKEN then)', async () => {
+    const bare = await useTestDatabase('cli_run_noschema');
+    const refused = await pgfence(['run', 'cli:bare', '--database-url', bare.url, '--', node, CHILD, 'env', file('bare-refused.json')]);
+    expect(refused.code).toBe(78);
+    expect(refused.stderr).toContain('pgfence migrate');
+    expect(refused.stderr).toContain('--no-fencing');
+    expect(existsSync(file('bare-refused.json'))).toBe(false);
+    const ok = await pgfence(['run', 'cli:bare', '--no-fencing', '--database-url', bare.url, '--', node, CHILD, 'env', file('bare.json')], {
+      PGFENCE_TOKEN: '999', // an inherited token must not leak through
+    });
+    expect(ok.code).toBe(0);
+    expect(JSON.parse(read('bare.json'))).toMatchObject({ lock: 'cli:bare', token: null });
+  });
+
+  it('exits 69 when the database cannot be reached', async () => {
+    const r = await pgfence(['run', 'cli:down', '--database-url', await freePortUrl(db.url), '--', node, CHILD, 'exit', '0']);
+    expect(r.code).toBe(69);
+    expect(r.stderr).toContain('cannot reach the database');
+  });
+});
+
+describe('pgfence status', () => {
+  it('--json lists a lock held by another process with its name, and a lease with time left', async () => {
+    const lock = start(['run', 'cli:status:lock', '--', node, CHILD, 'hold', file('st-lock')]);
+    const lease = start(['run', 'cli:status:lease', '--lease', '--ttl', '60s', '--', node, CHILD, 'hold', file('st-lease')]);
+    try {
+      await eventually(() => existsSync(file('st-lock')) && existsSync(file('st-lease')), 20_000, 'both children to run');
+      let report: {
+        schema: boolean;
+        at: string;
+        locks: { name: string | null; key: string; state: string; mode: string; pid: number; applicationName: string }[];
+        leases: { name: string | null; token: string; remainingMs: number; expiresAt: string }[];
+      } = { schema: false, at: '', locks: [], leases: [] };
+      // The name registry is written in the background: poll until the name shows.
+      await eventually(async () => {
+        const r = await pgfence(['status', '--json']);
+        expect(r.code).toBe(0);
+        report = JSON.parse(r.stdout) as typeof report;
+        return report.locks.some((l) => l.name === 'cli:status:lock');
+      }, 20_000, 'the lock to show with its name');
+      expect(report.schema).toBe(true);
+      expect(new Date(report.at).toISOString()).toBe(report.at);
+      const held = report.locks.find((l) => l.name === 'cli:status:lock')!;
+      expect(held).toMatchObject({ state: 'held', mode: 'exclusive', applicationName: 'pgfence run cli:status:lock' });
+      expect(held.key).toMatch(/^-?\d+$/);
+      const l = report.leases.find((x) => x.name === 'cli:status:lease')!;
+      expect(l.token).toMatch(/^\d+$/);
+      expect(l.remainingMs).toBeGreaterThan(0);
+      expect(l.remainingMs).toBeLessThanOrEqual(60_000);
+
+      const text = await pgfence(['status']);
+      expect(text.code).toBe(0);
+      expect(text.stdout).toMatch(/cli:status:lock\s+exclusive\s+held\s+\d+\s+pgfence run cli:status:lock\s+(>=)?[\d.]+m?s ago/);
+      expect(text.stdout).toMatch(/cli:status:lease\s+pgfence run on .+\s+\d+\s+[\d.]+s/);
+    } finally {
+      lock.proc.kill('SIGTERM');
+      lease.proc.kill('SIGTERM');
+      await Promise.all([lock.done, lease.done]);
+    }
+  });
+
+  it('shows waiters', async () => {
+    const holder = start(['run', 'cli:status:wait', '--', node, CHILD, 'hold', file('sw-hold')]);
+    await eventually(() => existsSync(file('sw-hold')), 20_000, 'the holder to run');
+    const waiter = start(['run', 'cli:status:wait', '--wait', '60s', '--', node, CHILD, 'exit', '0']);
+    try {
+      await eventually(async () => {
+        const r = await pgfence(['status']);
+        return /cli:status:wait\s+\S+\s+waiting/.test(r.stdout);
+      }, 20_000, 'the waiter to show');
+    } finally {
+      holder.proc.kill('SIGTERM');
+      await holder.done;
+      expect((await waiter.done).code).toBe(0);
+    }
+  });
+
+  it("works without pgfence's schema: locks by key, and a hint to run migrate", async () => {
+    const bare = await useTestDatabase('cli_status_noschema');
+    const client = new pg.Client({ connectionString: bare.url });
+    await client.connect();
+    try {
+      await client.query('SELECT pg_advisory_lock(4242)');
+      const text = await pgfence(['status', '--database-url', bare.url]);
+      expect(text.code).toBe(0);
+      expect(text.stdout).toMatch(/key 4242\s+exclusive\s+held/);
+      expect(text.stdout).toContain('pgfence migrate');
+      const json = await pgfence(['status', '--json', '--database-url', bare.url]);
+      expect(json.code).toBe(0);
+      const report = JSON.parse(json.stdout) as { schema: boolean; locks: { key: string; name: null }[]; leases: unknown[] };
+      expect(report.schema).toBe(false);
+      expect(report.locks).toEqual([expect.objectContaining({ key: '4242', name: null })]);
+      expect(report.leases).toEqual([]);
+    } finally {
+      await client.end();
+    }
+  });
+
+  it('--watch prints a new table every interval (not a TTY: separated) until SIGINT, then exits 0', async () => {
+    const w = start(['status', '--watch', '200ms']);
+    await eventually(() => (w.out.stdout.match(/^-{20,}$/gm) ?? []).length >= 3, 20_000, 'three refreshes');
+    w.proc.kill('SIGINT');
+    const r = await w.done;
+    expect(r.code).toBe(0);
+    expect(r.stdout).not.toContain('\x1b[');
+    expect(r.stdout).toContain('advisory locks:');
+  });
+
+  it('--watch --json prints one JSON document per line', async () => {
+    const w = start(['status', '--json', '--watch=200ms']);
+    await eventually(() => w.out.stdout.split('\n').filter(Boolean).length >= 2, 20_000, 'two documents');
+    w.proc.kill('SIGTERM');
+    const r = await w.done;
+    expect(r.code).toBe(0);
+    for (const line of r.stdout.split('\n').filter(Boolean)) expect(JSON.parse(line)).toHaveProperty('schema', true);
+  });
+});
+
+describe('pgfence bench', () => {
+  it('prints one small table and closes everything', async () => {
+    const r = await pgfence(['bench', '--seconds', '2', '--workers', '2']);
+    expect(r.stderr).not.toContain('failed');
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/uncontended acquire\+release\s+[\d,]+\/s\s+[\d,]+\/s\s+[\d.]+x/);
+    expect(r.stdout).toMatch(/hand-off p50, 2 workers\s+[\d.]+ ms/);
+    expect(r.stdout).toMatch(/overlapping holders\s+0\s+0/);
+  }, 60_000);
+});
