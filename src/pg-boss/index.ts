@@ -1,8 +1,9 @@
 /**
  * "pgfence/pg-boss": pg-boss workers whose jobs that share a key never run at the same time.
  *
- * pg-boss is an optional peer: this module never loads it. It talks to the boss it is given through
- * the few methods below (structural types), so pg-boss 10, 11 and 12 all fit.
+ * pg-boss is an optional peer: this module never loads it, not even its types. It talks to the boss
+ * it is given through the few methods of BossLike, which pg-boss 10 has (tested) and the later
+ * versions document (work, fail, the 'stopped' event).
  */
 import { InvalidArgumentError, PgfenceError, type Locker, type LockHandle } from '../index.js';
 
@@ -68,7 +69,7 @@ export class KeyBusyError extends PgfenceError {
   constructor(lockName: string, jobId: string, waitMs: number | null, options?: { cause?: unknown }) {
     super(
       'PGFENCE_KEY_BUSY',
-      `job ${jobId}: lock "${lockName}" is held by another job${waitMs === null ? '' : ` (waited ${waitMs} ms)`}; ` +
+      `job ${jobId}: lock "${lockName}" is busy (${waitMs === null ? 'an earlier job of the batch with this key found it held' : `waited ${waitMs} ms`}); ` +
         "returned to pg-boss for a retry (this uses one of the job's retries: give the queue retryLimit and retryDelay for that)",
       options,
     );
@@ -96,7 +97,8 @@ export class KeyBusyError extends PgfenceError {
  *   mostly wait their turn in PostgreSQL's queue, woken at the release, and do not bounce.
  * - The lock is released when the handler settles, whatever the outcome.
  * - Batches (`batchSize` > 1): each job takes its own lock. Jobs of one batch that share a key run one
- *   after another in delivery order (they never bounce off each other); other keys run concurrently.
+ *   after another in the batch's order (they never bounce off each other; pg-boss does not promise
+ *   that order is creation order); other keys run concurrently.
  *   Once a job of a key bounces, the batch's later jobs of that key bounce too (no overtaking).
  *   A failed job of a batch is failed on its own (`boss.fail`); pg-boss completes the others.
  * - Errors and outputs reach pg-boss as JSON: bigint fields (pgfence errors, tokens) become strings.
@@ -216,6 +218,7 @@ function checkArguments<T>(boss: unknown, locker: unknown, queue: unknown, optio
   if (typeof queue !== 'string' || queue === '') {
     throw new InvalidArgumentError('queue', `expected a queue name, got ${describe(queue)}`);
   }
+  if (options === undefined) throw new InvalidArgumentError('options', 'expected { key: (job) => lock name, ... }, got undefined');
   const o = plainObject(options, 'options') as Partial<WorkWithLockOptions<T>>;
   if (typeof o.key !== 'function') throw new InvalidArgumentError('key', `expected a function (job) => lock name, got ${describe(o.key)}`);
   if (typeof handler !== 'function') throw new InvalidArgumentError('handler', `expected a function (job, lock) => Promise, got ${describe(handler)}`);

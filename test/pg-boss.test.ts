@@ -1,0 +1,335 @@
+import PgBoss from 'pg-boss';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { createLocker, InvalidArgumentError, StaleTokenError, type Locker, type LockHandle } from '../src/index.js';
+import { KeyBusyError, workWithLock, type BossLike, type LockedJob } from '../src/pg-boss/index.js';
+import { appName, eventually, killBackends, sleep, useMigratedDatabase } from './support/db.js';
+
+let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
+const bosses: PgBoss[] = [];
+const lockers: Locker[] = [];
+const bossErrors: unknown[] = [];
+
+beforeAll(async () => {
+  db = await useMigratedDatabase('pg_boss');
+});
+/** Stops the bosses and closes the lockers of a test (the server's connections are shared by the files). */
+async function cleanUp(): Promise<void> {
+  await Promise.all(bosses.splice(0).map((b) => b.stop({ graceful: false })));
+  await Promise.all(lockers.splice(0).map((l) => l.close()));
+}
+afterEach(cleanUp);
+afterAll(async () => {
+  await cleanUp();
+  expect(bossErrors).toEqual([]);
+});
+
+/** A started boss on the file's database; pg-boss creates its own schema on the first start. */
+async function startBoss(): Promise<PgBoss> {
+  const boss = new PgBoss({ connectionString: db.url, max: 3, supervise: false, schedule: false });
+  boss.on('error', (err) => bossErrors.push(err));
+  await boss.start(); // one at a time: the first one installs pg-boss's schema
+  bosses.push(boss);
+  return boss;
+}
+
+function openLocker(url = db.url): Locker {
+  const l = createLocker({ connectionString: url });
+  lockers.push(l);
+  return l;
+}
+
+const fast = { pollingIntervalSeconds: 0.5 };
+
+type Job = { key: string; i: number; fail?: boolean };
+type Run = { id: string; key: string; i: number; start: number; end: number; token: bigint | null; worker: string };
+
+/** A handler that records when each job held its key, holding it for `ms`. */
+function recorder(runs: Run[], worker: string, ms: number) {
+  return async (job: LockedJob<Job>, lock: LockHandle) => {
+    const start = performance.now();
+    await sleep(ms);
+    if (job.data.fail) throw new Error(`job ${job.data.i} fails`);
+    runs.push({ id: job.id, key: job.data.key, i: job.data.i, start, end: performance.now(), token: lock.token, worker });
+    return { i: job.data.i, token: lock.token };
+  };
+}
+
+function byKey(runs: Run[]): Map<string, Run[]> {
+  const map = new Map<string, Run[]>();
+  for (const r of runs) map.set(r.key, [...(map.get(r.key) ?? []), r]);
+  return map;
+}
+
+function assertNoOverlapPerKey(runs: Run[]): void {
+  for (const [key, list] of byKey(runs)) {
+    const sorted = [...list].sort((a, b) => a.start - b.start);
+    for (let i = 1; i < sorted.length; i++) {
+      expect(sorted[i]!.start, `key ${key}: run ${i} started before run ${i - 1} ended`).toBeGreaterThanOrEqual(sorted[i - 1]!.end);
+    }
+  }
+}
+
+function overlapsAcrossKeys(runs: Run[]): boolean {
+  return runs.some((a) => runs.some((b) => a.key !== b.key && a.start < b.end && b.start < a.end));
+}
+
+async function jobOf(boss: PgBoss, queue: string, id: string) {
+  const job = await boss.getJobById<Job>(queue, id);
+  if (!job) throw new Error(`job ${id} not found`);
+  return job as typeof job & { output: Record<string, unknown> | null };
+}
+
+async function sendAll(boss: PgBoss, queue: string, jobs: Job[], options: PgBoss.SendOptions = {}): Promise<string[]> {
+  const ids: string[] = [];
+  for (const data of jobs) ids.push((await boss.send(queue, data, options))!);
+  return ids;
+}
+
+async function lockIsFree(locker: Locker, name: string): Promise<boolean> {
+  const h = await locker.tryAcquire(name);
+  if (!h) return false;
+  await h.release();
+  return true;
+}
+
+describe('workWithLock', () => {
+  it('never runs two jobs of one key at once, across two bosses and lockers, while keys run concurrently', async () => {
+    const queue = 'serial';
+    const [a, b] = [await startBoss(), await startBoss()];
+    await a.createQueue(queue);
+    const keys = ['serial:0', 'serial:1', 'serial:2', 'serial:3'];
+    const ids = await sendAll(a, queue, Array.from({ length: 24 }, (_, i) => ({ key: keys[i % keys.length]!, i })));
+
+    const runs: Run[] = [];
+    const opts = { key: (job: { data: Job }) => job.data.key, workOptions: { ...fast, batchSize: 3 } };
+    for (const [boss, locker, name] of [[a, openLocker(), 'a'], [b, openLocker(), 'b']] as const) {
+      // Two workers per boss on one locker: four polling loops in all.
+      await workWithLock<Job>(boss, locker, queue, opts, recorder(runs, `${name}1`, 40));
+      await workWithLock<Job>(boss, locker, queue, opts, recorder(runs, `${name}2`, 40));
+    }
+    await eventually(() => runs.length === 24, 30_000, 'all 24 jobs to run');
+
+    expect(new Set(runs.map((r) => r.id)).size).toBe(24);
+    assertNoOverlapPerKey(runs);
+    expect(overlapsAcrossKeys(runs)).toBe(true);
+    expect(new Set(runs.map((r) => r.worker[0])).size).toBe(2); // both bosses took part
+    await eventually(async () => (await Promise.all(ids.map((id) => jobOf(a, queue, id)))).every((j) => j.state === 'completed'), 10_000, 'completions');
+    for (const id of ids) expect((await jobOf(a, queue, id)).retryCount).toBe(0); // waited for the key, never bounced
+  });
+
+  it('puts a job whose key stays busy back into pg-boss, which retries it until the key is free', async () => {
+    const queue = 'busy';
+    const boss = await startBoss();
+    await boss.createQueue(queue, { name: queue, retryLimit: 10, retryDelay: 1 });
+    const holder = openLocker();
+    const held = await holder.acquire('busy:1');
+
+    const runs: Run[] = [];
+    await workWithLock<Job>(boss, openLocker(), queue, { key: (job) => job.data.key, waitMs: 100, workOptions: fast }, recorder(runs, 'w', 0));
+    const [id] = await sendAll(boss, queue, [{ key: 'busy:1', i: 0 }]);
+
+    // Bounced with a recognisable error, waiting for its retry: not a crash, not a permanent failure.
+    await eventually(async () => (await jobOf(boss, queue, id!)).retryCount >= 1, 15_000, 'a second attempt');
+    const bounced = await jobOf(boss, queue, id!);
+    expect(['retry', 'active']).toContain(bounced.state);
+    expect(bounced.output).toMatchObject({ name: 'KeyBusyError', code: 'PGFENCE_KEY_BUSY', lockName: 'busy:1', jobId: id, waitMs: 100 });
+    expect(runs).toEqual([]);
+
+    await held.release();
+    await eventually(async () => (await jobOf(boss, queue, id!)).state === 'completed', 15_000, 'completion once the key is free');
+    expect(runs.map((r) => r.id)).toEqual([id]);
+    // The limitation, made visible: every bounce spent one of the job's retries.
+    const done = await jobOf(boss, queue, id!);
+    expect(done.retryCount).toBeGreaterThanOrEqual(1);
+    expect(done.retryCount).toBeLessThan(10);
+  });
+
+  it('releases the lock when the handler throws, and pg-boss retries then fails the job (bigint fields and all)', async () => {
+    const queue = 'errors';
+    const boss = await startBoss();
+    await boss.createQueue(queue, { name: queue, retryLimit: 1, retryDelay: 0 });
+    const locker = openLocker();
+    let calls = 0;
+    await workWithLock<Job>(boss, locker, queue, { key: (job) => job.data.key, workOptions: fast }, async () => {
+      calls++;
+      // A pgfence error carries bigints, which pg-boss 10 cannot store as they are.
+      throw new StaleTokenError(5n, 7n);
+    });
+    const [id] = await sendAll(boss, queue, [{ key: 'errors:1', i: 0 }]);
+
+    await eventually(async () => (await jobOf(boss, queue, id!)).state === 'failed', 15_000, 'the job to fail for good');
+    const failed = await jobOf(boss, queue, id!);
+    expect(calls).toBe(2); // the first run and its one retry
+    expect(failed.retryCount).toBe(1);
+    expect(failed.output).toMatchObject({ name: 'StaleTokenError', code: 'PGFENCE_STALE_TOKEN', token: '5', currentToken: '7' });
+    expect(locker.stats().held).toBe(0);
+    expect(await lockIsFree(openLocker(), 'errors:1')).toBe(true);
+  });
+
+  it('passes fencing tokens that increase per key, and stores them in the output as strings', async () => {
+    const queue = 'fenced';
+    const boss = await startBoss();
+    await boss.createQueue(queue);
+    const ids = await sendAll(boss, queue, Array.from({ length: 10 }, (_, i) => ({ key: `fenced:${i % 2}`, i })));
+    const runs: Run[] = [];
+    const locker = openLocker();
+    const opts = { key: (job: { data: Job }) => job.data.key, fencing: true, workOptions: { ...fast, batchSize: 2 } };
+    await workWithLock<Job>(boss, locker, queue, opts, recorder(runs, 'w1', 10));
+    await workWithLock<Job>(boss, locker, queue, opts, recorder(runs, 'w2', 10));
+    await eventually(() => runs.length === 10, 20_000, 'all 10 jobs to run');
+
+    assertNoOverlapPerKey(runs);
+    for (const list of byKey(runs).values()) {
+      const tokens = [...list].sort((x, y) => x.start - y.start).map((r) => r.token);
+      expect(tokens.every((t) => typeof t === 'bigint')).toBe(true);
+      for (let i = 1; i < tokens.length; i++) expect(tokens[i]! > tokens[i - 1]!).toBe(true);
+    }
+    // A batch of one is settled by pg-boss with the handler's value; a batch of two stores no output.
+    await eventually(async () => (await Promise.all(ids.map((id) => jobOf(boss, queue, id)))).every((j) => j.state === 'completed'), 10_000, 'completions');
+    for (const run of runs) {
+      const { output } = await jobOf(boss, queue, run.id);
+      if (output) expect(output).toEqual({ i: run.i, token: String(run.token) });
+    }
+  });
+
+  it('runs the jobs of one batch that share a key one after another, and settles each job of a batch on its own', async () => {
+    const queue = 'batch';
+    const boss = await startBoss();
+    await boss.createQueue(queue, { name: queue, retryLimit: 0 });
+    const jobs: Job[] = [
+      { key: 'batch:same', i: 0 },
+      { key: 'batch:same', i: 1 },
+      { key: 'batch:x', i: 2, fail: true },
+      { key: 'batch:same', i: 3 },
+      { key: 'batch:y', i: 4 },
+      { key: 'batch:same', i: 5 },
+    ];
+    const ids = await sendAll(boss, queue, jobs);
+    const runs: Run[] = [];
+    // One try per job (waitMs 0): the same-key jobs of the batch still never bounce off each other.
+    await workWithLock<Job>(boss, openLocker(), queue, { key: (job) => job.data.key, waitMs: 0, workOptions: { ...fast, batchSize: 6 } }, recorder(runs, 'w', 30));
+
+    await eventually(async () => (await Promise.all(ids.map((id) => jobOf(boss, queue, id)))).every((j) => j.state === 'completed' || j.state === 'failed'), 15_000, 'the batch to settle');
+    const states = await Promise.all(ids.map(async (id) => (await jobOf(boss, queue, id)).state));
+    expect(states).toEqual(['completed', 'completed', 'failed', 'completed', 'completed', 'completed']);
+    expect((await jobOf(boss, queue, ids[2]!)).output).toMatchObject({ message: 'job 2 fails' });
+    assertNoOverlapPerKey(runs);
+    expect(runs.filter((r) => r.key === 'batch:same')).toHaveLength(4);
+    expect(overlapsAcrossKeys(runs)).toBe(true);
+    // One batch, one try each: no job bounced off its batch mates.
+    for (const id of ids) expect((await jobOf(boss, queue, id)).retryCount).toBe(0);
+  });
+
+  it('bounces the later same-key jobs of a batch at once when the first one found the key busy', async () => {
+    const queue = 'bounce';
+    const boss = await startBoss();
+    await boss.createQueue(queue, { name: queue, retryLimit: 10, retryDelay: 1 });
+    const held = await openLocker().acquire('bounce:1');
+    const ids = await sendAll(boss, queue, [0, 1, 2].map((i) => ({ key: 'bounce:1', i })));
+    const runs: Run[] = [];
+    await workWithLock<Job>(boss, openLocker(), queue, { key: (job) => job.data.key, waitMs: 50, workOptions: { ...fast, batchSize: 3 } }, recorder(runs, 'w', 0));
+
+    await eventually(async () => (await Promise.all(ids.map((id) => jobOf(boss, queue, id)))).every((j) => j.output?.code === 'PGFENCE_KEY_BUSY'), 15_000, 'all three to bounce');
+    const waits = (await Promise.all(ids.map((id) => jobOf(boss, queue, id)))).map((j) => j.output!.waitMs);
+    expect(waits.sort()).toEqual([50, null, null]); // one waited; the others did not queue up behind it
+    await held.release();
+    await eventually(async () => (await Promise.all(ids.map((id) => jobOf(boss, queue, id)))).every((j) => j.state === 'completed'), 15_000, 'completions');
+    expect(runs).toHaveLength(3);
+    assertNoOverlapPerKey(runs);
+  });
+
+  it('aborts job.signal with the LockLostError when the lock is lost, and fails a job that ignores it', async () => {
+    const queue = 'lost';
+    const boss = await startBoss();
+    await boss.createQueue(queue, { name: queue, retryLimit: 0 });
+    const app = appName('pgboss_lost');
+    let started = false;
+    let reason: unknown;
+    await workWithLock<Job>(boss, openLocker(db.urlWith({ application_name: app })), queue, { key: (job) => job.data.key, workOptions: fast }, async (job) => {
+      started = true;
+      await new Promise((resolve) => job.signal.addEventListener('abort', resolve, { once: true }));
+      reason = job.signal.reason;
+      return 'carried on regardless';
+    });
+    const [id] = await sendAll(boss, queue, [{ key: 'lost:1', i: 0 }]);
+    await eventually(() => started, 15_000, 'the handler to start');
+    expect(await killBackends(db.url, app)).toBeGreaterThan(0);
+
+    await eventually(async () => (await jobOf(boss, queue, id!)).state === 'failed', 15_000, 'the job to fail');
+    expect((reason as { code?: string }).code).toBe('PGFENCE_LOCK_LOST');
+    expect((await jobOf(boss, queue, id!)).output).toMatchObject({ code: 'PGFENCE_LOCK_LOST', lockName: 'lost:1' });
+    expect(await lockIsFree(openLocker(), 'lost:1')).toBe(true);
+  });
+
+  it('aborts job.signal when the job expires (pg-boss 10: timed from expireInSeconds) and when the boss stops, releasing the lock', async () => {
+    const queue = 'expire';
+    const boss = await startBoss();
+    await boss.createQueue(queue, { name: queue, retryLimit: 0, expireInSeconds: 1 });
+    const locker = openLocker();
+    const reasons: unknown[] = [];
+    await workWithLock<Job>(boss, locker, queue, { key: (job) => job.data.key, workOptions: fast }, async (job) => {
+      await new Promise((resolve) => job.signal.addEventListener('abort', resolve, { once: true }));
+      reasons.push(job.signal.reason);
+      throw job.signal.reason;
+    });
+    const [expiring] = await sendAll(boss, queue, [{ key: 'expire:1', i: 0 }]);
+    await eventually(() => reasons.length === 1, 15_000, 'the expiry to abort the handler');
+    expect((reasons[0] as { code?: string }).code).toBe('PGFENCE_JOB_EXPIRED');
+    await eventually(async () => (await jobOf(boss, queue, expiring!)).state === 'failed', 10_000, 'pg-boss to fail the expired job');
+    await eventually(() => locker.stats().held === 0, 5000, 'the release');
+
+    // A job still running when a graceful stop gives up waiting.
+    await boss.send(queue, { key: 'expire:2', i: 1 }, { expireInSeconds: 60 });
+    await eventually(() => locker.stats().held === 1, 15_000, 'the second job to start');
+    await boss.stop({ timeout: 1000 });
+    await eventually(() => reasons.length === 2, 10_000, 'the stop to abort the handler');
+    expect((reasons[1] as { code?: string }).code).toBe('PGFENCE_BOSS_STOPPED');
+    await eventually(() => locker.stats().held === 0, 5000, 'the release');
+    expect(await lockIsFree(openLocker(), 'expire:2')).toBe(true);
+  });
+
+  it('rejects bad arguments before any I/O', async () => {
+    const boss = await startBoss();
+    let registered = 0;
+    const counting: BossLike = {
+      work: (...args) => (registered++, boss.work(...args)),
+      fail: (...args) => boss.fail(...args),
+    };
+    const locker = openLocker();
+    const ok = { key: (job: { id: string }) => job.id };
+    const handler = async () => undefined;
+    const bad: [string, () => Promise<unknown>][] = [
+      ['boss', () => workWithLock(null as never, locker, 'q', ok, handler)],
+      ['boss', () => workWithLock({ work: () => 'x' } as never, locker, 'q', ok, handler)],
+      ['locker', () => workWithLock(counting, {} as never, 'q', ok, handler)],
+      ['queue', () => workWithLock(counting, locker, '', ok, handler)],
+      ['queue', () => workWithLock(counting, locker, 5 as never, ok, handler)],
+      ['options', () => workWithLock(counting, locker, 'q', undefined as never, handler)],
+      ['options', () => workWithLock(counting, locker, 'q', [] as never, handler)],
+      ['key', () => workWithLock(counting, locker, 'q', {} as never, handler)],
+      ['key', () => workWithLock(counting, locker, 'q', { key: 'id' } as never, handler)],
+      ['waitMs', () => workWithLock(counting, locker, 'q', { ...ok, waitMs: -1 }, handler)],
+      ['waitMs', () => workWithLock(counting, locker, 'q', { ...ok, waitMs: NaN }, handler)],
+      ['waitMs', () => workWithLock(counting, locker, 'q', { ...ok, waitMs: '10' as never }, handler)],
+      ['waitMs', () => workWithLock(counting, locker, 'q', { ...ok, waitMs: 1e15 }, handler)],
+      ['fencing', () => workWithLock(counting, locker, 'q', { ...ok, fencing: 'yes' as never }, handler)],
+      ['workOptions', () => workWithLock(counting, locker, 'q', { ...ok, workOptions: 3 as never }, handler)],
+      ['workOptions.transactional', () => workWithLock(counting, locker, 'q', { ...ok, workOptions: { transactional: true } }, handler)],
+      ['handler', () => workWithLock(counting, locker, 'q', ok, undefined as never)],
+    ];
+    for (const [argument, call] of bad) {
+      const err = await call().then(
+        () => null,
+        (e: unknown) => e,
+      );
+      expect(err, argument).toBeInstanceOf(InvalidArgumentError);
+      expect((err as InvalidArgumentError).argument).toBe(argument);
+    }
+    expect(registered).toBe(0);
+    // And the good ones pass: Infinity waits until the job expires.
+    await boss.createQueue('args');
+    await expect(workWithLock(counting, locker, 'args', { ...ok, waitMs: Infinity }, handler)).resolves.toEqual(expect.any(String));
+    expect(registered).toBe(1);
+    expect(new KeyBusyError('k', 'id', 0).code).toBe('PGFENCE_KEY_BUSY');
+  });
+});
