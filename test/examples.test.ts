@@ -62,6 +62,10 @@ describe('examples/', () => {
     expect(out).toContain('(resigned)');
   });
 
+  it('pg-boss: jobs of one order never overlap', async () => {
+    expect(await example('pg-boss')).toContain('8 jobs on 2 orders done; same-order overlaps: 0');
+  });
+
   it('observe: events, inspect and stats', async () => {
     const out = await example('observe');
     expect(out).toContain('held: example:report (exclusive)');
