@@ -61,7 +61,8 @@ export type WorkerEvent =
       fenced: FencedOutcome;
       control: ControlOutcome;
     }
-  | { type: 'noticed-loss'; at: number; token: string }
+  /** lease.signal.aborted was true at a check: 'read' before starting an increment, 'write' before writing one. */
+  | { type: 'noticed-loss'; at: number; token: string; before: 'read' | 'write' }
   | { type: 'lost'; at: number; token: string; error: string; code: string; reason: string }
   | { type: 'released'; at: number; token: string; released: boolean }
   | { type: 'blocking'; at: number }

@@ -87,7 +87,7 @@ export class Scenario {
   private ready = 0;
   private quitting = false;
   /** Lines about the frozen holder after it wakes, printed in time order once it has released. */
-  private wakeLines: { at: number; text: string; tone: Tone }[] = [];
+  private wakeLines: { at: number; text: () => string; tone: Tone }[] = [];
 
   constructor(
     private readonly o: ScenarioOptions,
@@ -170,7 +170,7 @@ export class Scenario {
     );
     const victimHolding = this.record.holdings.find((h) => h.token === pause.token)!;
     await this.waitFor(() => victimHolding.releasedAt !== undefined, 30_000, `${victim.name} to finish`);
-    for (const line of this.wakeLines.sort((a, b) => a.at - b.at)) say(line.at, victim.name, line.text, line.tone);
+    for (const line of this.wakeLines.sort((a, b) => a.at - b.at)) say(line.at, victim.name, line.text(), line.tone);
     this.wakeLines = [];
     victim.send('stop');
     await this.waitFor(() => victim.stopped, 30_000, `${victim.name} to stop`);
@@ -282,8 +282,11 @@ export class Scenario {
       case 'noticed-loss': {
         const holding = this.current.get(worker.name);
         if (holding) holding.noticedLossAt = ev.at;
-        const text = `checks lease.signal.aborted before writing: true. It knows it lost the lease and does not write.`;
-        if (afterWake) this.wakeLines.push({ at: ev.at, text, tone: 'warn' });
+        const text =
+          ev.before === 'write'
+            ? `checks lease.signal.aborted before writing: true. It knows it lost the lease, and does not write.`
+            : `moves on to its next increment and checks lease.signal.aborted first: true. Now it knows, and stops.`;
+        if (afterWake) this.wakeLines.push({ at: ev.at, text: () => text, tone: 'note' });
         else say(ev.at, worker.name, text, 'warn');
         return;
       }
@@ -295,11 +298,17 @@ export class Scenario {
           holding.lostError = ev.error;
         }
         if (afterWake) {
-          const sent = holding?.writes.at(-1)?.sentAt;
-          const after = sent !== undefined && sent <= ev.at ? `, ${Math.max(0, ev.at - sent)} ms after its writes were sent: too late` : '';
           this.wakeLines.push({
             at: ev.at,
-            text: `lease.signal aborts with ${ev.error} (${ev.reason}): its own timers have run at last${after}.`,
+            // Written once the whole wake-up is known: the writes' report may arrive after this event.
+            text: () => {
+              const sent = holding?.writes.find((w) => w.stale)?.sentAt;
+              const late =
+                sent !== undefined && sent <= ev.at
+                  ? `, ${Math.max(0, ev.at - sent)} ms after its writes were sent: too late to stop them`
+                  : '';
+              return `lease.signal aborts with ${ev.error} (${ev.reason}): its own timers have run at last${late}.`;
+            },
             tone: 'note',
           });
         } else say(ev.at, worker.name, `lost its lease: ${ev.error} (${ev.reason})`, 'warn');
@@ -312,8 +321,8 @@ export class Scenario {
         holding.releasedAt = ev.at;
         holding.released = ev.released;
         if (afterWake) {
-          const since = r.takeover ? ` It stopped being its own at ${rel((pause.dbExpiresAt ?? r.takeover.at) - r.t0)}.` : '';
-          this.wakeLines.push({ at: ev.at, text: `release() returns ${ev.released}.${since}`, tone: 'plain' });
+          const since = ev.released ? '' : `: the lease stopped being ${worker.name}'s at ${rel((pause.dbExpiresAt ?? r.takeover?.at ?? ev.at) - r.t0)}`;
+          this.wakeLines.push({ at: ev.at, text: () => `release() returns ${ev.released}${since}.`, tone: 'plain' });
           return;
         }
         const values = holding.writes.map((w) => w.fenced.wanted);
@@ -373,20 +382,20 @@ export class Scenario {
   private narrateStaleWrite(sentAt: number, ev: Extract<WorkerEvent, { type: 'wrote' }>): void {
     this.wakeLines.push({
       at: sentAt,
-      text:
+      text: () =>
         `checks lease.signal.aborted: ${ev.abortedAtCheck}. Its lease deadline timer has not fired yet (it was frozen too), ` +
         `so as far as it can tell it still holds the lease. It writes counter = ${ev.fenced.wanted} to both tables.`,
       tone: 'plain',
     });
     const f = ev.fenced;
     if (f.applied) {
-      this.wakeLines.push({ at: ev.doneAt, text: `fenced table: APPLIED (the fence did not hold!)`, tone: 'bad' });
+      this.wakeLines.push({ at: ev.doneAt, text: () => `fenced table: APPLIED (the fence did not hold!)`, tone: 'bad' });
     } else {
       const row = f.currentToken ? `token ${f.currentToken} in the row` : 'a newer token in the row';
       const stays = f.valueNow === undefined ? '' : ` The counter stays ${f.valueNow}.`;
       this.wakeLines.push({
         at: ev.doneAt,
-        text: `fenced table: REFUSED. fencedUpdate found ${row}, newer than ${ev.token}: a stale write, and PostgreSQL turned it away.${stays}`,
+        text: () => `fenced table: REFUSED. fencedUpdate found ${row}, newer than ${ev.token}: a stale write, and PostgreSQL turned it away.${stays}`,
         tone: 'good',
       });
     }
@@ -396,13 +405,13 @@ export class Scenario {
       const lost = c.overwrote - c.wanted + 1;
       this.wakeLines.push({
         at: ev.doneAt,
-        text:
+        text: () =>
           `control table: APPLIED. The plain UPDATE silently replaced ${c.overwrote}${whose} with ${c.wanted}: ` +
           `${lost} increment${lost === 1 ? '' : 's'} by the new holders ${lost === 1 ? 'is' : 'are'} gone.`,
         tone: 'bad',
       });
     } else {
-      this.wakeLines.push({ at: ev.doneAt, text: `control table: not applied`, tone: 'plain' });
+      this.wakeLines.push({ at: ev.doneAt, text: () => `control table: not applied`, tone: 'plain' });
     }
   }
 

@@ -94,18 +94,22 @@ async function hold(lease: LeaseHandle): Promise<void> {
   const token = String(lease.token);
   for (let job = 0; job < config.jobsPerHold; job++) {
     if (lease.signal.aborted) {
-      emit({ type: 'noticed-loss', at: Date.now(), token });
+      emit({ type: 'noticed-loss', at: Date.now(), token, before: 'read' });
       return;
     }
     const read = await readCounters();
+    // The "work" that produces the new value. Its timer is armed before anyone hears of the read, so a
+    // freeze that follows the report always lands inside the work (and the timer is already due when
+    // the worker wakes up).
+    const work = sleep(config.workMs);
     emit({ type: 'read', at: Date.now(), token, ...read });
-    await sleep(config.workMs); // the "work" that produces the new value
+    await work;
     // The check careful code makes. It cannot see a pause that happens right after it, and a frozen
     // process cannot see anything at all: its timers (the lease deadline among them) are frozen too.
     const checkedAt = Date.now();
     const abortedAtCheck = lease.signal.aborted;
     if (abortedAtCheck) {
-      emit({ type: 'noticed-loss', at: checkedAt, token });
+      emit({ type: 'noticed-loss', at: checkedAt, token, before: 'write' });
       return;
     }
     const [fenced, control] = await Promise.all([writeFenced(lease, read.fenced + 1), writeControl(lease, read.control + 1)]);
@@ -146,8 +150,10 @@ async function main(): Promise<void> {
     try {
       await hold(lease);
     } finally {
+      // Stamped when the release is sent: the database lets the next holder in after that.
+      const at = Date.now();
       const released = await lease.release();
-      emit({ type: 'released', at: Date.now(), token, released });
+      emit({ type: 'released', at, token, released });
     }
     if (stop.signal.aborted) break;
     const [min, max] = config.idleMs;

@@ -1,0 +1,205 @@
+import { spawn } from 'node:child_process';
+import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { useTestDatabase } from './support/db.js';
+
+// The built command (the global setup builds dist/ first), as a user runs it.
+const main = fileURLToPath(new URL('../dist/cli/main.js', import.meta.url));
+
+function pgfence(args: string[], timeoutMs = 90_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const env: NodeJS.ProcessEnv = { ...process.env, NO_COLOR: '1' };
+    delete env.DATABASE_URL; // the demo must use --database-url
+    const child = spawn(process.execPath, [main, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (s: string) => (stdout += s));
+    child.stderr.setEncoding('utf8').on('data', (s: string) => (stderr += s));
+    const timer = setTimeout(() => {
+      child.kill('SIGINT');
+      reject(new Error(`pgfence ${args.join(' ')} did not finish in ${timeoutMs} ms\n${stdout}\n${stderr}`));
+    }, timeoutMs);
+    child.on('error', reject);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+/** A number captured by `re` from `text` (fails the test, showing the text, when absent). */
+function num(text: string, re: RegExp, group = 1): number {
+  const m = re.exec(text);
+  expect(m, `${re} in:\n${text}`).not.toBeNull();
+  return Number(m![group]);
+}
+
+/** Elements open and close in order (self-closing ones aside); text outside tags never holds a raw '<'. */
+function checkBalancedXml(xml: string): string[] {
+  const errors: string[] = [];
+  const stack: string[] = [];
+  const tag = /<(\/?)([A-Za-z][\w:-]*)((?:\s+[\w:-]+="[^"]*")*)\s*(\/?)>/g;
+  let last = 0;
+  for (let m = tag.exec(xml); m; m = tag.exec(xml)) {
+    const between = xml.slice(last, m.index);
+    if (between.includes('<') || between.includes('>')) errors.push(`stray markup near ${JSON.stringify(between.slice(0, 60))}`);
+    last = tag.lastIndex;
+    const [, closing, name, , selfClosing] = m;
+    if (selfClosing) continue;
+    if (!closing) stack.push(name!);
+    else if (stack.pop() !== name) errors.push(`</${name}> closes the wrong element`);
+  }
+  if (xml.slice(last).trim() !== '') errors.push('text after the root element');
+  if (stack.length) errors.push(`unclosed: ${stack.join(', ')}`);
+  return errors;
+}
+
+describe('pgfence demo', () => {
+  let db: Awaited<ReturnType<typeof useTestDatabase>>;
+  let dir: string;
+  let run: { code: number | null; stdout: string; stderr: string };
+  let svgPath: string;
+
+  beforeAll(async () => {
+    db = await useTestDatabase('demo');
+    dir = await mkdtemp(join(tmpdir(), 'pgfence-demo-test-'));
+    svgPath = join(dir, 'timeline.svg');
+    run = await pgfence(['demo', '--database-url', db.url, '--out', svgPath]);
+  }, 120_000);
+
+  afterAll(async () => {
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  /** The narrative with its wrapped lines joined back (continuations are indented by 15 spaces). */
+  const story = () => run.stdout.replace(/\n {15}(?=\S)/g, ' ');
+
+  it('exits 0 and tells the story as it happens', () => {
+    const out = story();
+    expect(run.code, `${out}\n${run.stderr}`).toBe(0);
+    expect(out).toMatch(/FROZEN: the demo freezes it with SIGSTOP/);
+    expect(out).toMatch(/lease granted, token \d+\. The database let W\d in because W\d's lease ran out/);
+    // The refused stale write and the silent overwrite.
+    expect(out).toMatch(/fenced table: REFUSED\. fencedUpdate found token \d+ in the row/);
+    expect(out).toMatch(/control table: APPLIED\. The plain UPDATE silently replaced \d+/);
+    // Timestamps relative to the start, in order.
+    const stamps = [...out.matchAll(/^ *\+(\d+\.\d\d)s {2}/gm)].map((m) => Number(m[1]));
+    expect(stamps.length).toBeGreaterThan(10);
+    expect(stamps).toEqual([...stamps].sort((a, b) => a - b));
+    // 80 columns (a line holding a path or a URL may not be breakable).
+    const wide = run.stdout.split('\n').filter((l) => l.length > 80 && !l.includes('/'));
+    expect(wide).toEqual([]);
+    expect(out).not.toMatch(/\x1b\[/); // NO_COLOR, and not a terminal
+  });
+
+  it('summarises what the database holds afterwards', async () => {
+    const out = story();
+    expect(run.code, `${out}\n${run.stderr}`).toBe(0);
+    const frozen = /frozen holder +(W\d) with token (\d+)/.exec(out);
+    expect(frozen, out).not.toBeNull();
+    const [, frozenWorker, frozenToken] = frozen!;
+    const staleValue = num(out, new RegExp(`\\+\\d+\\.\\d+s {2}${frozenWorker} +checks lease\\.signal\\.aborted: false\\.[^]*?It writes counter = (\\d+) to both tables`));
+    const grants = [...out.matchAll(/(W\d) +lease granted, token (\d+)/g)].map((m) => ({ worker: m[1]!, token: BigInt(m[2]!) }));
+    const newest = grants.reduce((a, b) => (b.token > a.token ? b : a));
+
+    const ackFenced = num(out, /increments acknowledged +(\d+) +(\d+)/, 1);
+    const ackControl = num(out, /increments acknowledged +(\d+) +(\d+)/, 2);
+    const finalFenced = num(out, /final counter in PostgreSQL +(\d+) +(\d+)/, 1);
+    const finalControl = num(out, /final counter in PostgreSQL +(\d+) +(\d+)/, 2);
+    const lostFenced = num(out, /lost updates +(\d+) +(\d+)/, 1);
+    const lostControl = num(out, /lost updates +(\d+) +(\d+)/, 2);
+    expect(num(out, /lease grants +(\d+)/)).toBe(grants.length);
+    expect(num(out, /stale writes \(lease already gone\) +(\d+) refused +(\d+) applied/, 1)).toBe(1);
+    expect(num(out, /stale writes \(lease already gone\) +(\d+) refused +(\d+) applied/, 2)).toBe(1);
+
+    // The headline.
+    expect(num(out, /fenced table: (\d+) lost updates? \((\d+) stale writes? refused/, 1)).toBe(0);
+    expect(num(out, /fenced table: (\d+) lost updates? \((\d+) stale writes? refused/, 2)).toBe(1);
+    expect(num(out, /unfenced control table: (\d+) lost updates?/)).toBe(lostControl);
+    expect(lostFenced).toBe(0);
+    expect(lostControl).toBeGreaterThan(0);
+
+    const client = new pg.Client({ connectionString: db.url });
+    await client.connect();
+    try {
+      const row = async (table: string) =>
+        (
+          await client.query<{ value: number; last_writer: string; writer_token: string }>(
+            `SELECT value, last_writer, writer_token::text FROM pgfence_demo.${table} WHERE id = 'counter'`,
+          )
+        ).rows[0]!;
+      const fenced = await row('fenced_counter');
+      const control = await row('control_counter');
+      const { rows } = await client.query<{ t: string }>(`SELECT fencing_token::text AS t FROM pgfence_demo.fenced_counter`);
+
+      // The fenced record holds the newest holder's value: every acknowledged increment is there.
+      expect(fenced.value).toBe(finalFenced);
+      expect(fenced.value).toBe(ackFenced);
+      expect(fenced.last_writer).toBe(newest.worker);
+      expect(fenced.last_writer).not.toBe(frozenWorker);
+      expect(BigInt(fenced.writer_token)).toBe(newest.token);
+      expect(BigInt(rows[0]!.t)).toBe(newest.token);
+
+      // The control record holds the paused holder's stale value: the newer increments are gone.
+      expect(control.value).toBe(finalControl);
+      expect(control.value).toBe(staleValue);
+      expect(control.last_writer).toBe(frozenWorker);
+      expect(control.writer_token).toBe(frozenToken);
+      expect(ackControl - control.value).toBe(lostControl);
+      expect(ackControl).toBe(ackFenced + 1); // the stale write, acknowledged by the control table only
+      expect(fenced.value - control.value + 1).toBe(lostControl);
+
+      // migrate() ran in that database, and the demo kept to its own schema.
+      const schemas = await client.query<{ nspname: string }>(
+        `SELECT nspname FROM pg_namespace WHERE nspname IN ('pgfence', 'pgfence_demo') ORDER BY 1`,
+      );
+      expect(schemas.rows.map((r) => r.nspname)).toEqual(['pgfence', 'pgfence_demo']);
+    } finally {
+      await client.end();
+    }
+  });
+
+  it('draws the timeline as a standalone SVG', async () => {
+    expect(run.code, `${run.stdout}\n${run.stderr}`).toBe(0);
+    expect(run.stdout).toContain(`Timeline: ${svgPath}`);
+    expect((await stat(svgPath)).size).toBeGreaterThan(1000);
+    const svg = (await readFile(svgPath, 'utf8')).trim();
+    expect(svg.startsWith('<svg xmlns="http://www.w3.org/2000/svg"')).toBe(true);
+    expect(svg.endsWith('</svg>')).toBe(true);
+    expect(checkBalancedXml(svg)).toEqual([]);
+    expect(svg).not.toMatch(/NaN|undefined|Infinity/);
+
+    // A lane per worker, a labelled bar per grant, both markers, a time axis.
+    for (const w of ['W1', 'W2', 'W3']) {
+      expect(svg).toContain(`id="lane-${w}"`);
+      expect(svg).toContain(`>${w}</text>`);
+    }
+    const grants = [...story().matchAll(/(W\d) +lease granted, token (\d+)/g)];
+    const bars = [...svg.matchAll(/<g class="holding" data-worker="(W\d)" data-token="(\d+)">/g)].map((m) => `${m[1]}:${m[2]}`);
+    expect(bars.sort()).toEqual(grants.map((m) => `${m[1]}:${m[2]}`).sort());
+    for (const m of grants) expect(svg).toContain(`>token ${m[2]}</text>`);
+    expect(svg).toMatch(/<g class="marker refused">[^]*fenced write refused: token \d+ is stale/);
+    expect(svg).toMatch(/<g class="marker overwrite">[^]*control write silently overwrote \d+ -&gt; \d+/);
+    expect(svg).toMatch(/frozen \d+\.\d s \(SIGSTOP\)/);
+    expect([...svg.matchAll(/>\+\d+(\.\d)?s<\/text>/g)].length).toBeGreaterThanOrEqual(3);
+  });
+});
+
+describe('pgfence demo --help and bad options', () => {
+  it('explains its options', async () => {
+    const r = await pgfence(['demo', '--help'], 20_000);
+    expect(r.code).toBe(0);
+    for (const flag of ['--database-url', '--out', '--workers', '--pause', '--quiet']) expect(r.stdout).toContain(flag);
+    expect(r.stdout.split('\n').filter((l) => l.length > 80)).toEqual([]);
+  });
+
+  it('refuses a bad option with exit 64, before touching anything', async () => {
+    const r = await pgfence(['demo', '--workers', '1'], 20_000);
+    expect(r.code).toBe(64);
+    expect(r.stderr).toMatch(/--workers/);
+  });
+});
