@@ -10,6 +10,19 @@ export function withDatabase(url: string, database: string, params: Record<strin
   return u.toString();
 }
 
+/** Databases this test file created; dropped after the file (hooks cannot be added from inside a hook). */
+const created: string[] = [];
+afterAll(async () => {
+  if (created.length === 0) return;
+  const c = new pg.Client({ connectionString: inject('databaseUrl') });
+  await c.connect();
+  try {
+    for (const name of created.splice(0)) await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+  } finally {
+    await c.end();
+  }
+});
+
 /**
  * A database of the test file's own, created on first use and dropped after the file, so files run in
  * parallel without seeing each other's locks, tables or tokens.
@@ -21,18 +34,10 @@ export async function useTestDatabase(label: string): Promise<{ url: string; nam
   await admin.connect();
   try {
     await admin.query(`CREATE DATABASE ${name}`);
+    created.push(name);
   } finally {
     await admin.end();
   }
-  afterAll(async () => {
-    const c = new pg.Client({ connectionString: base });
-    await c.connect();
-    try {
-      await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-    } finally {
-      await c.end();
-    }
-  });
   const url = withDatabase(base, name);
   return { url, name, urlWith: (params) => withDatabase(base, name, params) };
 }
