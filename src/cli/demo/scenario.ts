@@ -183,8 +183,9 @@ export class Scenario {
     this.quitting = true;
     for (const w of this.workers) {
       if (w.exited) continue;
-      w.send('quit');
-      if (this.record.pause?.how === 'stop' && w === this.victim && this.record.pause.resumedAt === undefined) w.child.kill('SIGKILL');
+      // Still frozen (stopped, or blocked until a wake file that will not come): nothing to wait for.
+      if (w === this.victim && this.record.pause && this.record.pause.resumedAt === undefined) w.child.kill('SIGKILL');
+      else w.send('quit');
     }
     const all = Promise.all(this.workers.map((w) => w.exit));
     const timer = setTimeout(() => {
@@ -369,7 +370,7 @@ export class Scenario {
       'warn',
     );
     const expires = await leaseExpiry(this.o.client, lockKey(LOCK_NAME), holding.token);
-    pause.dbExpiresAt = (expires ? expires.getTime() : holding.expiresAt) - this.o.clockOffsetMs;
+    pause.dbExpiresAt = expires ? expires.getTime() - this.o.clockOffsetMs : holding.expiresAt;
     say(
       Date.now(),
       'db',
