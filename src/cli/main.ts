@@ -7,7 +7,7 @@ const commands: Record<string, { summary: string; load: () => Promise<{ run(argv
   migrate: { summary: "apply pgfence's schema (migrations/ and sql/)", load: () => import('./migrate.js') },
   status: { summary: 'held and waiting locks and leases, with names', load: () => import('./status.js') },
   run: { summary: 'run a command while holding a lock', load: () => import('./run.js') },
-  demo: { summary: 'the fencing story, for real, on embedded PostgreSQL', load: () => import('./demo.js') },
+  demo: { summary: 'the fencing story, for real (embedded PostgreSQL without a database URL)', load: () => import('./demo.js') },
   bench: { summary: 'a quick benchmark against your database', load: () => import('./bench.js') },
 };
 
