@@ -6,6 +6,8 @@
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { constants, hostname } from 'node:os';
+import { existsSync } from 'node:fs';
+import { delimiter, join } from 'node:path';
 import type { LockHandle } from '../advisory/handle.js';
 import { LockLostError, LockTimeoutError, LockUnavailableError, PgfenceError } from '../errors.js';
 import { lockKey } from '../keys.js';
@@ -237,7 +239,7 @@ async function runLocked(o: RunOptions): Promise<number> {
     handle.signal.removeEventListener('abort', onLost);
 
     if ('error' in outcome) {
-      const notFound = outcome.error.code === 'ENOENT';
+      const notFound = outcome.error.code === 'ENOENT' || (outcome.error.code === 'EACCES' && !existsOnPath(o.command[0]!));
       say(`cannot run ${commandText}: ${notFound ? 'command not found' : errorText(outcome.error)}`);
       return notFound ? EXIT.NOT_FOUND : EXIT.CANNOT_EXECUTE;
     }
@@ -251,6 +253,15 @@ async function runLocked(o: RunOptions): Promise<number> {
     await releaseAndClose(locker, handle);
     for (const s of FORWARDED) process.removeListener(s, onSignal);
   }
+}
+
+/**
+ * Whether a command names an existing file, directly or in a PATH directory. execvp reports EACCES,
+ * not ENOENT, for a missing command when some PATH directory is unreadable: that is still "not found".
+ */
+function existsOnPath(cmd: string): boolean {
+  if (cmd.includes('/')) return existsSync(cmd);
+  return (process.env.PATH ?? '').split(delimiter).some((dir) => dir !== '' && existsSync(join(dir, cmd)));
 }
 
 async function acquire(locker: Locker, o: RunOptions, signal: AbortSignal): Promise<LockHandle | null> {
