@@ -30,7 +30,7 @@ const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:
 // Durations (ms). Full: rounds alternate A/B so drift hits both sides alike; medians are reported.
 const CFG = QUICK
   ? { warmupMs: 300, rounds: 3, roundMs: 300, handoffRounds: 1, handoffWarmupMs: 300, handoffMs: 1000 }
-  : { warmupMs: 1000, rounds: 21, roundMs: 500, handoffRounds: 3, handoffWarmupMs: 300, handoffMs: 2000 };
+  : { warmupMs: 1000, rounds: 61, roundMs: 150, handoffRounds: 3, handoffWarmupMs: 300, handoffMs: 2000 };
 
 /** Unique per run: key names and application_name never meet a previous (or concurrent) run's. */
 const RUN_ID = `pgfb_${process.pid}_${Date.now().toString(36)}`;
@@ -491,9 +491,10 @@ async function benchDurable() {
       await l.release();
     };
     for (const c of [floorCycle, fencedCycle, leaseCycle]) await throughput(1, CFG.warmupMs / 2, c);
-    const rounds = Math.max(3, Math.round(CFG.rounds / 2));
-    const fenced = await interleaved(rounds, CFG.roundMs, (ms) => throughput(1, ms, fencedCycle), (ms) => throughput(1, ms, floorCycle));
-    const lease = await interleaved(rounds, CFG.roundMs, (ms) => throughput(1, ms, leaseCycle), (ms) => throughput(1, ms, floorCycle));
+    const rounds = Math.max(3, Math.round(CFG.rounds / 4));
+    const roundMs = CFG.roundMs * 3;
+    const fenced = await interleaved(rounds, roundMs, (ms) => throughput(1, ms, fencedCycle), (ms) => throughput(1, ms, floorCycle));
+    const lease = await interleaved(rounds, roundMs, (ms) => throughput(1, ms, leaseCycle), (ms) => throughput(1, ms, floorCycle));
     notes.push(
       `5. rounds (cycles/s): fenced ${roundList(fenced.aAll)} vs floor ${roundList(fenced.bAll)}; lease ${roundList(lease.aAll)} vs floor ${roundList(lease.bAll)}`,
     );

@@ -52,10 +52,7 @@ export abstract class BaseHandle implements LockHandle {
   release(): Promise<boolean> {
     if (this.releasing) return this.releasing.then(() => false);
     if (this.state !== 'held') return Promise.resolve(false);
-    this.releasing = this.doRelease().then(
-      (released) => released,
-      () => false,
-    );
+    this.releasing = this.doRelease();
     return this.releasing;
   }
 
@@ -63,7 +60,7 @@ export abstract class BaseHandle implements LockHandle {
     await this.release();
   }
 
-  /** Gives the lock back; resolves true if it was still held. Called once. */
+  /** Gives the lock back; resolves true if it was still held. Called once; never rejects. */
   protected abstract doRelease(): Promise<boolean>;
 
   /** Marks the handle lost and aborts its signal; false if it was no longer held. */

@@ -323,7 +323,7 @@ export class AdvisoryLockManager {
       this.pump(state);
     };
     if (head.request.fencing) session.runFenced(code, state.key).then(({ result, token }) => onResult(result, token), onError);
-    else session.run(code, state.key).then((result) => onResult(result, null), onError);
+    else session.submit(code, state.key, (result) => onResult(result, null), onError);
   }
 
   private onBusy(state: KeyState, head: Waiter, registrationFailed: boolean): void {
@@ -431,7 +431,7 @@ export class AdvisoryLockManager {
       this.pump(state);
     };
     // A failed unlock leaves nothing held: the session is gone, or reconciliation undid it.
-    session.run(code, state.key).then(done, () => done(0));
+    session.submit(code, state.key, done, () => done(0));
   }
 
   private unregisterMarker(state: KeyState): void {
@@ -442,7 +442,7 @@ export class AdvisoryLockManager {
       if (state.markerSession === session) state.markerSession = null;
       this.pump(state);
     };
-    session.run(Op.unregisterMarker, state.key).then(done, done);
+    session.submit(Op.unregisterMarker, state.key, done, done);
   }
 
   private grant(state: KeyState, waiter: Waiter, session: Session, token: bigint | null): void {
