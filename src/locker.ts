@@ -388,9 +388,10 @@ class PgLocker extends EventEmitter implements Locker {
 
   /** Validates a request (before any I/O) and checks for nesting. */
   private request(name: LockName | undefined, opts: AcquireOptions | undefined, method: string): AcquireRequest {
-    const o = optionsObject<AcquireOptions>(opts, `${method} options`);
+    // The hot path (no options) allocates nothing beyond the request itself.
+    const o: Partial<AcquireOptions> = opts === undefined ? NO_OPTIONS : optionsObject<AcquireOptions>(opts, `${method} options`);
     const target = resolveLock(name, this.opts.namespace);
-    const mode = oneOf(o.mode, 'mode', ['exclusive', 'shared'] as const, 'exclusive');
+    const mode = o.mode === undefined ? 'exclusive' : oneOf(o.mode, 'mode', MODES, 'exclusive');
     const fencing = booleanOption(o.fencing, 'fencing', false);
     if (fencing && mode === 'shared') {
       throw new InvalidArgumentError('fencing', "fencing tokens are issued to exclusive holders only; use mode 'exclusive'");
@@ -398,8 +399,7 @@ class PgLocker extends EventEmitter implements Locker {
     const request: AcquireRequest = {
       target,
       mode,
-      timeoutMs:
-        o.timeoutMs === undefined ? this.opts.defaultTimeoutMs : durationMs(o.timeoutMs, 'timeoutMs', { allowInfinity: true }),
+      timeoutMs: o.timeoutMs === undefined ? this.opts.defaultTimeoutMs : durationMs(o.timeoutMs, 'timeoutMs', WAIT_BOUND),
       signal: abortSignal(o.signal),
       ttlMs: o.ttlMs === undefined ? undefined : durationMs(o.ttlMs, 'ttlMs', { min: 1 }),
       fencing,
@@ -409,6 +409,10 @@ class PgLocker extends EventEmitter implements Locker {
     return request;
   }
 }
+
+const NO_OPTIONS: Partial<AcquireOptions> = Object.freeze({});
+const MODES = ['exclusive', 'shared'] as const;
+const WAIT_BOUND = { allowInfinity: true } as const;
 
 function anySignal(...signals: (AbortSignal | undefined)[]): AbortSignal {
   const present = signals.filter((s): s is AbortSignal => s !== undefined);

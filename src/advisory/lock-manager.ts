@@ -226,7 +226,7 @@ export class AdvisoryLockManager {
     const state = this.states.get(handle.key);
     if (!state || !state.holders.has(handle) || !handle.markReleased()) return Promise.resolve(false);
     this.dropHolder(state, handle);
-    this.observer.released(handle, handle.holdMs);
+    this.observer.released(handle);
     if (state.holders.size > 0) return Promise.resolve(true); // other local shared holders keep the server hold
     return new Promise((resolve) => {
       state.releaseWaiters.push(resolve);
@@ -287,7 +287,7 @@ export class AdvisoryLockManager {
     const shared = head.request.mode === 'shared';
     let code: OpCode;
     if (!head.waiting) {
-      const polite = state.contendedUntil > performance.now();
+      const polite = state.contendedUntil !== 0 && state.contendedUntil > performance.now();
       code = polite ? (shared ? Op.politeTryShared : Op.politeTryExclusive) : shared ? Op.tryShared : Op.tryExclusive;
     } else if (state.markerSession === session) code = shared ? Op.tryShared : Op.tryExclusive;
     // Having stood back for other waiters, announce and look again politely: a release in between is not missed.

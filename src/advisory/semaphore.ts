@@ -101,7 +101,7 @@ export class SemaphoreManager {
 
   /** @internal */ async release(handle: PermitHandle): Promise<boolean> {
     if (!this.holding.delete(handle) || !handle.markReleased()) return false;
-    this.observer.released(handle, handle.holdMs);
+    this.observer.released(handle);
     try {
       const rows = await handle.session.statement<{ released: boolean }>(releaseSlotSql, [handle.key, handle.baseKey]);
       return rows[0]!.released;

@@ -114,7 +114,7 @@ export class LeaseManager {
   /** @internal */ async release(handle: LeaseHandleImpl): Promise<boolean> {
     if (!this.holding.delete(handle) || !handle.markReleased()) return false;
     handle.stopTimers();
-    this.observer.released(handle, handle.holdMs);
+    this.observer.released(handle);
     try {
       const { rows } = await this.source.pool.query<{ released: boolean }>(releaseLeaseSql, [handle.key, handle.token]);
       return rows[0]!.released;

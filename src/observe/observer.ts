@@ -82,9 +82,10 @@ export class Observer {
     this.emitter.emit('acquired', ev);
   }
 
-  released(lock: HeldLockInfo, holdMs: number): void {
+  released(lock: HeldLockInfo & { readonly holdMs: number }): void {
     this.counts.released++;
     if (!this.wanted('released')) return;
+    const holdMs = lock.holdMs;
     const ev: ReleasedEvent = { ...snapshot(lock), token: lock.token, holdMs };
     this.instruments?.released(ev);
     if (this.logs) this.logger.debug(eventLog(ev, { token: ev.token, holdMs: round(holdMs) }), 'pgfence: released');

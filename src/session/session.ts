@@ -185,7 +185,8 @@ export class Session {
   /** The common case, kept lean: one plain operation, one small prepared statement. */
   private sendLone(op: PendingOp & { code: OpCode }): void {
     const batch = this.inFlight;
-    this.conn!.client.query<{ r: number }>({ ...singleOpSql[op.code], values: [op.key] }).then(
+    const sql = singleOpSql[op.code];
+    this.conn!.client.query<{ r: number }>({ name: sql.name, text: sql.text, values: [op.key] }).then(
       (res) => {
         if (this.inFlight !== batch) return; // the session died meanwhile: the op was already failed
         this.lastActivity = performance.now();
