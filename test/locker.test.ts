@@ -266,3 +266,45 @@ describe('events', () => {
     expect(other.stats()).toMatchObject({ acquired: 1, released: 1, timeouts: 1, contention: 1, held: 0, waiting: 0 });
   });
 });
+
+describe('waiting', () => {
+  it('a wait on one key never holds up a wait on another (one waiter session, the rest announced)', async () => {
+    const holder = open();
+    const waiter = open();
+    const [k1, k2, k3] = await Promise.all([holder.acquire('wait:1'), holder.acquire('wait:2'), holder.acquire('wait:3')]);
+    const got: string[] = [];
+    const waits = ['wait:1', 'wait:2', 'wait:3'].map((n) =>
+      waiter.acquire(n, { timeoutMs: 30_000 }).then(async (h) => {
+        got.push(n);
+        await h.release();
+      }),
+    );
+    await sleep(100);
+    await k3.release();
+    await eventually(() => got.includes('wait:3'), 15_000, 'the third key');
+    await k2.release();
+    await eventually(() => got.includes('wait:2'), 15_000, 'the second key');
+    expect(got).toEqual(['wait:3', 'wait:2']); // the first key is still held elsewhere
+    await k1.release();
+    await Promise.all(waits);
+    expect(got).toEqual(['wait:3', 'wait:2', 'wait:1']);
+  });
+});
+
+describe('a pool of the caller', () => {
+  it('pins its sessions from it for the locker’s lifetime, and leaves the pool open', async () => {
+    const pool = new pg.Pool({ connectionString: db.url, max: 10 });
+    try {
+      const locker = createLocker({ pool, maxSessions: 2 });
+      const handles = await Promise.all(Array.from({ length: 20 }, (_, i) => locker.acquire(`pool:${i}`)));
+      expect(pool.totalCount).toBeGreaterThanOrEqual(1);
+      expect(pool.totalCount - pool.idleCount).toBeLessThanOrEqual(2); // the pinned sessions, checked out
+      await Promise.all(handles.map((h) => h.release()));
+      await locker.close();
+      expect((await pool.query('SELECT 1 AS ok')).rows[0].ok).toBe(1); // still usable by its owner
+      expect(pool.totalCount - pool.idleCount).toBe(0); // every pinned client went back (destroyed)
+    } finally {
+      await pool.end();
+    }
+  });
+});
