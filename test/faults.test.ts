@@ -1,19 +1,14 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createLocker, LockLostError, LockUnavailableError, type Locker, type LostEvent } from '../src/index.js';
-import { appName, eventually, freePortUrl, killBackends, useTestDatabase } from './support/db.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { createLocker, LockLostError, LockUnavailableError, type LostEvent } from '../src/index.js';
+import { appName, eventually, freePortUrl, killBackends, track, useTestDatabase } from './support/db.js';
 import { TcpProxy } from './support/tcp-proxy.js';
 
 let db: Awaited<ReturnType<typeof useTestDatabase>>;
-const lockers: Locker[] = [];
-const track = (l: Locker) => (lockers.push(l), l);
 
 beforeAll(async () => {
   db = await useTestDatabase('faults');
-});
-afterAll(async () => {
-  await Promise.all(lockers.map((l) => l.close()));
 });
 
 describe('a killed backend', () => {

@@ -10,28 +10,21 @@ import {
   InvalidArgumentError,
   lockKey,
   xactLock,
-  type Locker,
 } from '../src/index.js';
 import * as kyselyLocks from '../src/kysely/index.js';
 import { migrate } from '../src/migrate/index.js';
-import { sleep, useMigratedDatabase } from './support/db.js';
+import { sleep, track, useMigratedDatabase } from './support/db.js';
 import { startEmbedded } from './support/server.js';
 
 let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
 let pool: pg.Pool;
-const lockers: Locker[] = [];
-const open = () => {
-  const l = createLocker({ connectionString: db.url });
-  lockers.push(l);
-  return l;
-};
+const open = () => track(createLocker({ connectionString: db.url }));
 
 beforeAll(async () => {
   db = await useMigratedDatabase('fencing');
   pool = new pg.Pool({ connectionString: db.url, max: 4 });
 });
 afterAll(async () => {
-  await Promise.all(lockers.map((l) => l.close()));
   await pool.end();
 });
 
@@ -90,8 +83,7 @@ describe('fencing tokens', () => {
 
   it('tell the caller to migrate when the schema is missing', async () => {
     const bare = await import('./support/db.js').then((m) => m.useTestDatabase('fencing_bare'));
-    const locker = createLocker({ connectionString: bare.url });
-    lockers.push(locker);
+    const locker = track(createLocker({ connectionString: bare.url }));
     await expect(locker.acquire('x', { fencing: true })).rejects.toMatchObject({ code: 'PGFENCE_NOT_MIGRATED' });
     await expect(locker.lease('x')).rejects.toMatchObject({ code: 'PGFENCE_NOT_MIGRATED' });
     // The failed fenced try left no lock behind.

@@ -1,15 +1,11 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createLocker, type DemotedEvent, type ElectedEvent, type LeaderElection, type Locker } from '../src/index.js';
-import { appName, eventually, killBackends, useMigratedDatabase } from './support/db.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { createLocker, type DemotedEvent, type ElectedEvent, type LeaderElection } from '../src/index.js';
+import { appName, eventually, killBackends, track, useMigratedDatabase } from './support/db.js';
 
 let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
-const lockers: Locker[] = [];
 
 beforeAll(async () => {
   db = await useMigratedDatabase('leader');
-});
-afterAll(async () => {
-  await Promise.all(lockers.map((l) => l.close()));
 });
 
 function candidates(n: number, name: string) {
@@ -17,7 +13,7 @@ function candidates(n: number, name: string) {
   const all = Array.from({ length: n }, (_, i) => {
     const app = appName(`leader${i}`);
     const locker = createLocker({ connectionString: db.urlWith({ application_name: app }), keepaliveMs: 500 });
-    lockers.push(locker);
+    track(locker);
     const election = locker.leader(name, { ttlMs: 2000 });
     election.on('elected', (e: ElectedEvent) => {
       // At the moment one is elected, no other candidate believes it leads.

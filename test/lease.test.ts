@@ -1,16 +1,11 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLocker, InvalidArgumentError, LockLostError, lockKey, type Locker } from '../src/index.js';
-import { sleep, useMigratedDatabase } from './support/db.js';
+import { sleep, track, useMigratedDatabase } from './support/db.js';
 
 let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
 let pool: pg.Pool;
-const lockers: Locker[] = [];
-const open = () => {
-  const l = createLocker({ connectionString: db.url });
-  lockers.push(l);
-  return l;
-};
+const open = () => track(createLocker({ connectionString: db.url }));
 const row = async (name: string) =>
   (await pool.query(`SELECT owner, token::text, data, released_at, expires_at > clock_timestamp() AS live FROM pgfence.leases WHERE key = $1`, [lockKey(name)])).rows[0];
 
@@ -19,7 +14,6 @@ beforeAll(async () => {
   pool = new pg.Pool({ connectionString: db.url, max: 2 });
 });
 afterAll(async () => {
-  await Promise.all(lockers.map((l) => l.close()));
   await pool.end();
 });
 

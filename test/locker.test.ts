@@ -6,20 +6,14 @@ import {
   LockTimeoutError,
   NestedLockError,
   type AcquiredEvent,
-  type Locker,
   type ReleasedEvent,
   type TimeoutEvent,
 } from '../src/index.js';
-import { appName, eventually, sleep, useTestDatabase } from './support/db.js';
+import { appName, eventually, sleep, track, useTestDatabase } from './support/db.js';
 
 let db: Awaited<ReturnType<typeof useTestDatabase>>;
 let admin: pg.Client;
-const lockers: Locker[] = [];
-const open = (opts: Partial<Parameters<typeof createLocker>[0]> = {}) => {
-  const l = createLocker({ connectionString: db.url, ...opts });
-  lockers.push(l);
-  return l;
-};
+const open = (opts: Partial<Parameters<typeof createLocker>[0]> = {}) => track(createLocker({ connectionString: db.url, ...opts }));
 
 beforeAll(async () => {
   db = await useTestDatabase('locker');
@@ -27,7 +21,6 @@ beforeAll(async () => {
   await admin.connect();
 });
 afterAll(async () => {
-  await Promise.all(lockers.map((l) => l.close()));
   await admin.end();
 });
 

@@ -6,19 +6,14 @@ import {
   MeterProvider,
   PeriodicExportingMetricReader,
 } from '@opentelemetry/sdk-metrics';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createLocker, LockTimeoutError, type Locker, type LockEntry } from '../src/index.js';
-import { appName, eventually, killBackends, useMigratedDatabase } from './support/db.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { createLocker, LockTimeoutError, type LockEntry } from '../src/index.js';
+import { appName, eventually, killBackends, track, useMigratedDatabase } from './support/db.js';
 
 let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
-const lockers: Locker[] = [];
-const track = (l: Locker) => (lockers.push(l), l);
 
 beforeAll(async () => {
   db = await useMigratedDatabase('observe');
-});
-afterAll(async () => {
-  await Promise.all(lockers.map((l) => l.close()));
 });
 
 describe('metrics', () => {

@@ -1,20 +1,12 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createLocker, InvalidArgumentError, LockLostError, LockTimeoutError, NestedLockError, type Locker } from '../src/index.js';
-import { appName, eventually, killBackends, sleep, useTestDatabase } from './support/db.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { createLocker, InvalidArgumentError, LockLostError, LockTimeoutError, NestedLockError } from '../src/index.js';
+import { appName, eventually, killBackends, sleep, track, useTestDatabase } from './support/db.js';
 
 let db: Awaited<ReturnType<typeof useTestDatabase>>;
-const lockers: Locker[] = [];
-const open = (params: Record<string, string> = {}) => {
-  const l = createLocker({ connectionString: db.urlWith(params) });
-  lockers.push(l);
-  return l;
-};
+const open = (params: Record<string, string> = {}) => track(createLocker({ connectionString: db.urlWith(params) }));
 
 beforeAll(async () => {
   db = await useTestDatabase('semaphore');
-});
-afterAll(async () => {
-  await Promise.all(lockers.map((l) => l.close()));
 });
 
 describe('semaphores', () => {

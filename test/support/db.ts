@@ -12,7 +12,18 @@ export function withDatabase(url: string, database: string, params: Record<strin
 
 /** Databases this test file created; dropped after the file (hooks cannot be added from inside a hook). */
 const created: string[] = [];
+/** Lockers (anything closable) this test file opened; closed after it, before its databases go. */
+const opened = new Set<{ close(): Promise<void> }>();
+
+/** Remembers a locker (or anything with close()) to close after the file; returns it. */
+export function track<T extends { close(): Promise<void> }>(closable: T): T {
+  opened.add(closable);
+  return closable;
+}
+
 afterAll(async () => {
+  await Promise.all([...opened].map((c) => c.close()));
+  opened.clear();
   if (created.length === 0) return;
   const c = new pg.Client({ connectionString: inject('databaseUrl') });
   await c.connect();
