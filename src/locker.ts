@@ -14,6 +14,7 @@ import type { Meter } from './observe/metrics.js';
 import { type LockerStats, type LockMode, Observer } from './observe/observer.js';
 import { abortSignal, booleanOption, callback, durationMs, oneOf, optionsObject, positiveInteger } from './options.js';
 import { ConnectionSource } from './session/connection-source.js';
+import { deadClientBounds, PinnedSessionSettings } from './session/server-settings.js';
 import { ReleaseListener } from './session/listener.js';
 import { SessionPool } from './session/session-pool.js';
 import { LeaseManager, type LeaseHandle, type LeaseRequest } from './lease/lease-manager.js';
@@ -154,6 +155,7 @@ class PgLocker extends EventEmitter implements Locker {
         // The sessions, the waiter session, the release listener, and two for short statements (leases, inspect).
         poolSize: this.opts.maxSessions + 4,
         connectTimeoutMs: this.opts.deadlineMs,
+        pinnedSettings: new PinnedSessionSettings(deadClientBounds(keepaliveMs, this.opts.deadlineMs), this.opts.logger),
       },
       this.opts.logger,
     );

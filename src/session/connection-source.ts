@@ -1,5 +1,6 @@
 import pg from 'pg';
 import type { Logger } from '../observe/logger.js';
+import type { PinnedSessionSettings } from './server-settings.js';
 
 /** A connection pinned for a long time (a session or the listener) and how to give it back. */
 export interface PinnedConnection {
@@ -16,11 +17,22 @@ export interface PinnedConnection {
 export class ConnectionSource {
   readonly pool: pg.Pool;
   readonly ownsPool: boolean;
+  private readonly pinnedSettings: PinnedSessionSettings | undefined;
+  private readonly connectTimeoutMs: number;
 
   constructor(
-    opts: { connectionString?: string; pool?: pg.Pool; poolSize: number; connectTimeoutMs: number },
+    opts: {
+      connectionString?: string;
+      pool?: pg.Pool;
+      poolSize: number;
+      connectTimeoutMs: number;
+      /** Applied to every pinned connection before it is used (dead-client detection, no idle timeouts). */
+      pinnedSettings?: PinnedSessionSettings;
+    },
     private readonly logger: Logger,
   ) {
+    this.pinnedSettings = opts.pinnedSettings;
+    this.connectTimeoutMs = opts.connectTimeoutMs;
     if (opts.pool) {
       this.pool = opts.pool;
       this.ownsPool = false;
@@ -44,7 +56,7 @@ export class ConnectionSource {
     const client = await this.pool.connect();
     let destroyed = false;
     client.on('error', onError);
-    return {
+    const conn: PinnedConnection = {
       client,
       destroy: () => {
         if (destroyed) return;
@@ -58,11 +70,28 @@ export class ConnectionSource {
         client.release(true);
       },
     };
+    if (this.pinnedSettings) {
+      try {
+        await withDeadline(this.pinnedSettings.apply(client), this.connectTimeoutMs);
+      } catch (err) {
+        conn.destroy();
+        throw err;
+      }
+    }
+    return conn;
   }
 
   async end(): Promise<void> {
     if (this.ownsPool) await this.pool.end();
   }
+}
+
+function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`PostgreSQL did not answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
 }
 
 /** Is this error the end of the connection (rather than a failed statement on a live one)? */
