@@ -126,6 +126,7 @@ const MISSING_SCHEMA_CODES = new Set(['42883', '3F000', '42P01']);
  */
 export function schemaMissingError(err: unknown): PgfenceError | null {
   const code = (err as { code?: unknown } | null)?.code;
+  if (code === '53200') return new LockTableFullError({ cause: err });
   if (code === 'PGF02') {
     return new PgfenceError('PGFENCE_TOKENS_EXHAUSTED', `${(err as Error).message}; use another lock name`, { cause: err });
   }
@@ -135,4 +136,38 @@ export function schemaMissingError(err: unknown): PgfenceError | null {
     "this needs pgfence's schema (fencing tokens, leases): run migrate() or `pgfence migrate` against this database first",
     { cause: err },
   );
+}
+
+/**
+ * The server's shared lock table is full (SQLSTATE 53200, "out of shared memory"): while it is, new
+ * connections of every application fail. Not LockUnavailableError: the database is up, and waiting
+ * for it will not help until locks are released.
+ */
+export class LockTableFullError extends PgfenceError {
+  constructor(options?: { cause?: unknown }) {
+    super(
+      'PGFENCE_LOCK_TABLE_FULL',
+      "PostgreSQL's shared lock table is full (out of shared memory, SQLSTATE 53200): release locks, lower maxHeldLocks, " +
+        'or raise max_locks_per_transaction on the server (it sizes the table: max_locks_per_transaction x (max_connections + max_prepared_transactions))',
+      options,
+    );
+  }
+}
+
+/** An acquisition was refused before reaching the server: this locker's maxHeldLocks budget is used up. */
+export class LockBudgetError extends PgfenceError {
+  readonly lockName: string | null;
+  readonly key: bigint;
+  readonly maxHeldLocks: number;
+  constructor(lockName: string | null, key: bigint, maxHeldLocks: number, inUse: number) {
+    super(
+      'PGFENCE_LOCK_BUDGET',
+      `lock ${describeLock(lockName, key)} refused: this locker holds or waits for ${inUse} locks and its maxHeldLocks budget is ${maxHeldLocks} ` +
+        "(it keeps pgfence from filling the server's shared lock table, which fails every application's new connections); " +
+        'release locks first, or raise maxHeldLocks together with max_locks_per_transaction on the server',
+    );
+    this.lockName = lockName;
+    this.key = key;
+    this.maxHeldLocks = maxHeldLocks;
+  }
 }

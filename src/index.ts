@@ -7,7 +7,9 @@ export type { LockName } from './keys.js';
 export {
   DeadlockError,
   InvalidArgumentError,
+  LockBudgetError,
   LockLostError,
+  LockTableFullError,
   LockTimeoutError,
   LockUnavailableError,
   NestedLockError,

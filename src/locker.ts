@@ -15,6 +15,7 @@ import { type LockerStats, type LockMode, Observer } from './observe/observer.js
 import { abortSignal, booleanOption, callback, durationMs, oneOf, optionsObject, positiveInteger } from './options.js';
 import { ConnectionSource } from './session/connection-source.js';
 import { deadClientBounds, PinnedSessionSettings } from './session/server-settings.js';
+import { LockBudget } from './advisory/lock-budget.js';
 import { ReleaseListener } from './session/listener.js';
 import { SessionPool } from './session/session-pool.js';
 import { LeaseManager, type LeaseHandle, type LeaseRequest } from './lease/lease-manager.js';
@@ -38,6 +39,12 @@ export interface LockerOptions {
   namespace?: string;
   /** Pinned connections for session locks; default 2. */
   maxSessions?: number;
+  /**
+   * Lock-table budget: the most advisory locks this locker holds or waits for at once; beyond it an
+   * acquisition is refused (PGFENCE_LOCK_BUDGET) before touching the server. Default: a quarter of the
+   * server's lock table, max_locks_per_transaction x (max_connections + max_prepared_transactions).
+   */
+  maxHeldLocks?: number;
   /** Loss-detection cadence; default 5000. Probes get max(2 x keepaliveMs, 2000 ms) to answer. */
   keepaliveMs?: number;
   /** Default acquire wait; default 10000. */
@@ -120,6 +127,7 @@ class PgLocker extends EventEmitter implements Locker {
   private readonly names: NameRegistry;
   private readonly defaultOwner = `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
   private readonly observer: Observer;
+  private readonly budget: LockBudget;
   private closing: Promise<void> | null = null;
 
   constructor(options: LockerOptions) {
@@ -148,6 +156,13 @@ class PgLocker extends EventEmitter implements Locker {
     if (o.meter !== undefined && (typeof o.meter !== 'object' || typeof o.meter?.createHistogram !== 'function')) {
       throw new InvalidArgumentError('meter', 'expected an @opentelemetry/api Meter');
     }
+    this.budget = new LockBudget(
+      o.maxHeldLocks === undefined ? undefined : positiveInteger(o.maxHeldLocks, 'maxHeldLocks', 100_000_000),
+      () => this.locks.held + this.locks.waiting + this.semaphores.held + this.semaphores.waiting,
+      this.opts.logger,
+    );
+    const pinnedSettings = new PinnedSessionSettings(deadClientBounds(keepaliveMs, this.opts.deadlineMs), this.opts.logger);
+    pinnedSettings.onLockTable = (size) => this.budget.learnLockTable(size);
     this.source = new ConnectionSource(
       {
         connectionString: o.connectionString,
@@ -155,7 +170,7 @@ class PgLocker extends EventEmitter implements Locker {
         // The sessions, the waiter session, the release listener, and two for short statements (leases, inspect).
         poolSize: this.opts.maxSessions + 4,
         connectTimeoutMs: this.opts.deadlineMs,
-        pinnedSettings: new PinnedSessionSettings(deadClientBounds(keepaliveMs, this.opts.deadlineMs), this.opts.logger),
+        pinnedSettings,
       },
       this.opts.logger,
     );
@@ -234,6 +249,7 @@ class PgLocker extends EventEmitter implements Locker {
     }
     // One canonical order (ascending key) for every caller: two acquireAll calls can never wait on each other in a cycle.
     const ordered = [...targets.values()].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+    this.budget.check(first.target, ordered.length);
     const deadline = first.timeoutMs === Infinity ? Infinity : performance.now() + first.timeoutMs;
     const held: LockHandle[] = [];
     try {
@@ -290,6 +306,7 @@ class PgLocker extends EventEmitter implements Locker {
           : durationMs(a.timeoutMs, 'timeoutMs', { allowInfinity: true });
       const r: PermitRequest = { target, baseKey, slots, timeoutMs, signal: abortSignal(a.signal) };
       this.checkNesting(target, a.allowNested);
+      this.budget.check(target);
       return r;
     };
     const acquire = async (acquireOpts?: SemaphoreAcquireOptions) =>
@@ -407,6 +424,7 @@ class PgLocker extends EventEmitter implements Locker {
       fencing,
     };
     this.checkNesting(target, o.allowNested);
+    this.budget.check(target);
     this.names.note(target.key, target.name, this.opts.namespace ?? null);
     return request;
   }

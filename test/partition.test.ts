@@ -4,7 +4,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLocker, type Locker } from '../src/index.js';
 import { deadClientBounds } from '../src/session/server-settings.js';
-import { eventually, sleep } from './support/db.js';
+import { eventually } from './support/db.js';
 import { createPartitionLab, netnsUnavailable, type PartitionLab } from './support/netns.js';
 
 /**

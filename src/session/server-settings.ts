@@ -69,6 +69,8 @@ export function pinnedSessionSettings(bounds: DeadClientBounds): [name: string, 
   ];
 }
 
+const LOCK_TABLE_ROW = 'pgfence.lock_table_size';
+
 /**
  * Only the settings the server knows are set (unknown names are skipped inside the statement), so
  * one round trip per new connection serves every version. Unnamed statement: works through poolers.
@@ -77,12 +79,20 @@ const applySql = `SELECT v.name, set_config(v.name, v.value, false) AS value
   FROM unnest($1::text[], $2::text[]) AS v(name, value)
   WHERE v.name IN (SELECT name FROM pg_catalog.pg_settings)`;
 
+/** The same statement, also reading the size of the server's shared lock table (for the lock budget). */
+const applyAndReadSql = `${applySql}
+  UNION ALL
+  SELECT '${LOCK_TABLE_ROW}', (current_setting('max_locks_per_transaction')::int8
+    * (current_setting('max_connections')::int8 + current_setting('max_prepared_transactions')::int8))::text`;
+
 /** Applies the pinned-session settings to new connections; tells the logger once about what the server lacks or refuses. */
 export class PinnedSessionSettings {
   private readonly settings: [string, string][];
   /** Settings a server refused (managed services may): skipped on later connections. */
   private readonly refused = new Set<string>();
   private reportedMissing = false;
+  /** Told the server's lock table size once, with the first connection's settings (no extra round trip). */
+  onLockTable: ((size: number) => void) | null = null;
 
   constructor(
     bounds: DeadClientBounds,
@@ -94,10 +104,15 @@ export class PinnedSessionSettings {
   /** Sets what the server allows; a failure of one setting is logged (once) and never fails the connection. */
   async apply(client: pg.ClientBase): Promise<void> {
     const wanted = this.settings.filter(([name]) => !this.refused.has(name));
-    if (wanted.length === 0) return;
+    const readLockTable = this.onLockTable !== null;
+    if (wanted.length === 0 && !readLockTable) return;
     try {
-      const { rows } = await client.query<{ name: string }>(applySql, [wanted.map(([n]) => n), wanted.map(([, v]) => v)]);
+      const { rows } = await client.query<{ name: string; value: string }>(readLockTable ? applyAndReadSql : applySql, [
+        wanted.map(([n]) => n),
+        wanted.map(([, v]) => v),
+      ]);
       this.reportMissing(wanted, new Set(rows.map((r) => r.name)));
+      this.tellLockTable(rows);
       return;
     } catch (err) {
       if (!isStatementError(err)) throw err;
@@ -115,6 +130,15 @@ export class PinnedSessionSettings {
       }
     }
     this.reportMissing(wanted.filter(([n]) => !this.refused.has(n)), applied);
+    if (this.onLockTable) this.tellLockTable((await client.query<{ name: string; value: string }>(applyAndReadSql, [[], []])).rows);
+  }
+
+  private tellLockTable(rows: { name: string; value: string }[]): void {
+    const table = rows.find((r) => r.name === LOCK_TABLE_ROW);
+    if (!table || !this.onLockTable) return;
+    const tell = this.onLockTable;
+    this.onLockTable = null;
+    tell(Number(table.value));
   }
 
   private reportMissing(wanted: [string, string][], applied: Set<string>): void {

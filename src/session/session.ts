@@ -12,6 +12,7 @@ import {
   singleOpSql,
 } from './advisory-sql.js';
 import { type ConnectionSource, isConnectionError, type PinnedConnection } from './connection-source.js';
+import { undoBatchSql } from './undo-sql.js';
 
 /** Thrown to the callers of operations that were queued on, or in flight over, a session that died. */
 export class SessionLostError extends LockUnavailableError {
@@ -301,12 +302,17 @@ export class Session {
       const client = this.conn!.client;
       const { rows } = await client.query<{ space: number; key: string; mode: string }>(heldBySessionSql);
       const held = new Set(rows.map((r) => `${r.space}:${r.key}:${r.mode}`));
+      // Two round trips whatever the batch size (a full lock table fails batches of thousands).
+      const codes: OpCode[] = [];
+      const keys: bigint[] = [];
       for (const op of ops) {
         for (const undo of undoFor(op.code, op.key, held)) {
-          await client.query({ ...singleOpSql[undo], values: [op.key] });
+          codes.push(undo);
+          keys.push(op.key);
         }
-        op.reject(failure);
       }
+      if (codes.length > 0) await client.query(undoBatchSql, [codes, keys]);
+      for (const op of ops) op.reject(failure);
     } catch (err) {
       for (const op of ops) op.reject(failure);
       this.die(err instanceof Error ? err : failure);

@@ -1,10 +1,7 @@
 import { execFile, execFileSync } from 'node:child_process';
 import { randomBytes, randomInt } from 'node:crypto';
-import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { freePort } from './server.js';
+import { privateClusterUnavailable, startPrivateCluster } from './cluster.js';
 
 const run = promisify(execFile);
 
@@ -38,7 +35,8 @@ export function netnsUnavailable(): string | null {
   } catch {
     return 'iproute2 (ip) is not installed';
   }
-  if (!postgresBinDir()) return 'no PostgreSQL server binaries under /usr/lib/postgresql';
+  const cluster = privateClusterUnavailable();
+  if (cluster) return cluster;
   const probe = `pgfprobe${randomBytes(3).toString('hex')}`;
   try {
     execFileSync('ip', ['netns', 'add', probe], { stdio: 'ignore' });
@@ -47,15 +45,6 @@ export function netnsUnavailable(): string | null {
     return 'cannot create network namespaces (ip netns add failed)';
   }
   return null;
-}
-
-function postgresBinDir(): string | null {
-  const root = '/usr/lib/postgresql';
-  if (!existsSync(root)) return null;
-  const versions = readdirSync(root)
-    .filter((v) => existsSync(join(root, v, 'bin', 'initdb')))
-    .sort((a, b) => Number(a) - Number(b));
-  return versions.length ? join(root, versions[versions.length - 1]!, 'bin') : null;
 }
 
 export async function createPartitionLab(): Promise<PartitionLab> {
@@ -84,26 +73,9 @@ export async function createPartitionLab(): Promise<PartitionLab> {
     await run('ip', ['netns', 'exec', namespace, 'ip', 'link', 'set', innerIf, 'up']);
     await run('ip', ['netns', 'exec', namespace, 'ip', 'link', 'set', 'lo', 'up']);
 
-    const port = await freePort();
-    const dir = mkdtempSync(join(tmpdir(), 'pgfence-partition-'));
-    cleanups.push(async () => rmSync(dir, { recursive: true, force: true }));
-    const { uid, gid } = postgresUser();
-    chownSync(dir, uid, gid);
-    const bin = postgresBinDir()!;
-    const asPostgres = (cmd: string, args: string[]) => run('runuser', ['-u', 'postgres', '--', join(bin, cmd), ...args]);
-    const data = join(dir, 'data');
-    await asPostgres('initdb', ['-D', data, '-U', 'postgres', '--auth=trust', '--no-sync', '-E', 'UTF8']);
-    writeFileSync(join(data, 'pg_hba.conf'), `local all all trust\nhost all all 127.0.0.1/32 trust\nhost all all ${innerAddress}/32 trust\n`);
-    const opts = [
-      `-c listen_addresses=${hostAddress},127.0.0.1`,
-      `-c port=${port}`,
-      `-c unix_socket_directories=${dir}`,
-      '-c max_connections=40',
-      '-c fsync=off',
-      '-c shared_buffers=16MB',
-    ].join(' ');
-    await asPostgres('pg_ctl', ['-D', data, '-l', join(dir, 'log'), '-w', '-t', '60', '-o', opts, 'start']);
-    cleanups.push(() => asPostgres('pg_ctl', ['-D', data, '-m', 'immediate', '-w', 'stop']));
+    const cluster = await startPrivateCluster({ listen: [hostAddress], hba: [`host all all ${innerAddress}/32 trust`] });
+    cleanups.push(() => cluster.stop());
+    const port = cluster.port;
     return {
       namespace,
       innerAddress,
@@ -120,7 +92,3 @@ export async function createPartitionLab(): Promise<PartitionLab> {
   }
 }
 
-function postgresUser(): { uid: number; gid: number } {
-  const out = execFileSync('id', ['postgres'], { encoding: 'utf8' });
-  return { uid: Number(/uid=(\d+)/.exec(out)![1]), gid: Number(/gid=(\d+)/.exec(out)![1]) };
-}

@@ -1,0 +1,119 @@
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLocker, InvalidArgumentError, LockBudgetError, LockTableFullError, type LockHandle } from '../src/index.js';
+import { appName, track, useTestDatabase } from './support/db.js';
+import { type PrivateCluster, privateClusterUnavailable, startPrivateCluster } from './support/cluster.js';
+
+let db: Awaited<ReturnType<typeof useTestDatabase>>;
+
+beforeAll(async () => {
+  db = await useTestDatabase('lock_budget');
+});
+
+async function advisoryLocksOf(url: string, app: string): Promise<number> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    const { rows } = await c.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+        WHERE l.locktype = 'advisory' AND a.application_name = $1`,
+      [app],
+    );
+    return rows[0]!.n;
+  } finally {
+    await c.end();
+  }
+}
+
+async function connectsAndAnswers(url: string): Promise<boolean> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    return (await c.query('SELECT 1 AS one')).rows[0].one === 1;
+  } finally {
+    await c.end();
+  }
+}
+
+describe('maxHeldLocks', () => {
+  it('refuses acquisitions past the budget before touching the server, and admits again after a release', async () => {
+    const app = appName('budget');
+    const locker = track(createLocker({ connectionString: db.urlWith({ application_name: app }), maxHeldLocks: 3 }));
+    const a = await locker.acquire('budget:a');
+    const b = await locker.acquire('budget:b', { mode: 'shared' });
+    const c = await locker.acquire('budget:c');
+    expect(await advisoryLocksOf(db.url, app)).toBe(3);
+
+    const refused = await locker.acquire('budget:d').catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(LockBudgetError);
+    expect(refused).toMatchObject({ code: 'PGFENCE_LOCK_BUDGET', maxHeldLocks: 3, lockName: 'budget:d' });
+    await expect(locker.tryAcquire('budget:d')).rejects.toMatchObject({ code: 'PGFENCE_LOCK_BUDGET' });
+    await expect(locker.semaphore('budget:sem', { permits: 2 }).tryAcquire()).rejects.toMatchObject({ code: 'PGFENCE_LOCK_BUDGET' });
+    expect(await advisoryLocksOf(db.url, app)).toBe(3); // nothing reached the server
+    expect(await connectsAndAnswers(db.url)).toBe(true);
+
+    await a.release();
+    // acquireAll asks for all its keys at once: two do not fit in the one free slot, and none is taken.
+    await expect(locker.acquireAll(['budget:x', 'budget:y'])).rejects.toMatchObject({ code: 'PGFENCE_LOCK_BUDGET' });
+    expect(await advisoryLocksOf(db.url, app)).toBe(2);
+    const d = await locker.acquire('budget:d');
+    for (const h of [b, c, d]) await h.release();
+    expect(locker.stats().held).toBe(0);
+  });
+
+  it('rejects a bad maxHeldLocks before any I/O', () => {
+    for (const bad of [0, -1, 1.5, Number.NaN, Infinity, '10', null]) {
+      expect(() => createLocker({ connectionString: db.url, maxHeldLocks: bad as number })).toThrow(InvalidArgumentError);
+    }
+  });
+});
+
+/** A server with a tiny lock table (it must never be the shared test server: a full table fails everyone's connections). */
+const unavailable = privateClusterUnavailable();
+if (unavailable) {
+  const line = `[pgfence tests] LOCK-TABLE TESTS SKIPPED: ${unavailable} (they start a PostgreSQL of their own)`;
+  if (process.env.PGFENCE_REQUIRE_NETNS === '1') throw new Error(line);
+  console.warn(line);
+}
+
+describe.skipIf(unavailable !== null)("the server's lock table", () => {
+  let cluster: PrivateCluster;
+  // 10 x (20 + 0) = 200 lock slots by the formula (the server allocates a little more: some slack).
+  beforeAll(async () => {
+    cluster = await startPrivateCluster({ settings: { max_locks_per_transaction: 10, max_connections: 20 } });
+  }, 120_000);
+  afterAll(async () => {
+    await cluster?.stop();
+  }, 60_000);
+
+  it("the default budget is a quarter of the server's lock table", async () => {
+    const locker = track(createLocker({ connectionString: cluster.url }));
+    const handles = await Promise.all(Array.from({ length: 50 }, (_, i) => locker.acquire(`table:default:${i}`)));
+    await expect(locker.tryAcquire('table:default:50')).rejects.toMatchObject({ code: 'PGFENCE_LOCK_BUDGET', maxHeldLocks: 50 });
+    expect(await connectsAndAnswers(cluster.url)).toBe(true);
+    await Promise.all(handles.map((h) => h.release()));
+    await locker.close();
+  });
+
+  it('a full table is PGFENCE_LOCK_TABLE_FULL (never UNAVAILABLE), and the failed batch leaves nothing taken', async () => {
+    const app = appName('table_full');
+    const url = `${cluster.url}?application_name=${app}`;
+    const locker = track(createLocker({ connectionString: url, maxHeldLocks: 1_000_000, maxSessions: 1 }));
+    const results = await Promise.allSettled(Array.from({ length: 3000 }, (_, i) => locker.tryAcquire(`table:full:${i}`)));
+    const granted = results.flatMap((r) => (r.status === 'fulfilled' && r.value ? [r.value as LockHandle] : []));
+    const errors = results.flatMap((r) => (r.status === 'rejected' ? [r.reason as Error] : []));
+    expect(errors.length).toBeGreaterThan(0);
+    for (const err of errors) expect(err).toBeInstanceOf(LockTableFullError);
+    expect(errors[0]!.message).toMatch(/max_locks_per_transaction/);
+    // What the failed statement half-took was given back: the server holds exactly the granted handles.
+    expect(await advisoryLocksOf(cluster.url, app)).toBe(granted.length);
+    expect(locker.stats().held).toBe(granted.length);
+    await Promise.all(granted.map((h) => h.release()));
+    expect(await advisoryLocksOf(cluster.url, app)).toBe(0);
+    // The session survived and the server serves everyone again.
+    const again = await locker.acquire('table:full:again');
+    await again.release();
+    expect(await connectsAndAnswers(cluster.url)).toBe(true);
+    await locker.close();
+  });
+});
