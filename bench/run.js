@@ -412,7 +412,7 @@ async function benchManyLocks() {
   const appName = `${RUN_ID}_m4`;
   const names = Array.from({ length: N }, (_, i) => `${RUN_ID}/many/${i}`);
   const expected = new Set(names.map((n) => lockKey(n).toString()));
-  const locker = createLocker({ connectionString: withAppName(DATABASE_URL, appName) });
+  const locker = createLocker({ connectionString: withAppName(DATABASE_URL, appName), maxHeldLocks: N + 100 /* past the default budget, a quarter of the lock table */ });
   const observer = await connectClient(`${RUN_ID}_m4_observer`);
   let handles = [];
   try {
