@@ -171,3 +171,21 @@ export class LockBudgetError extends PgfenceError {
     this.maxHeldLocks = maxHeldLocks;
   }
 }
+
+/**
+ * The locker's pinned connections go through a transaction- or statement-pooling proxy (PgBouncer
+ * and the like): a session lock would land on a server connection other clients then share, so it
+ * would be neither exclusive nor released. Refused before any lock is taken.
+ */
+export class PooledConnectionError extends PgfenceError {
+  constructor(via: 'connectionString' | 'directConnectionString') {
+    super(
+      'PGFENCE_POOLED_CONNECTION',
+      `session locks, semaphores and leader election need one PostgreSQL backend per connection, but ${via} goes through a ` +
+        'transaction- or statement-pooling proxy (PgBouncer?) that shares backends between clients. Fixes: pass ' +
+        'directConnectionString (straight to PostgreSQL, or a session-mode pool: used only for the locker\'s few pinned sessions, ' +
+        'everything else may still go through the pooler), or use xactLock()/tryXactLock() inside your transactions, or leases ' +
+        '(locker.lease()), which work through a pooler',
+    );
+  }
+}

@@ -15,6 +15,7 @@ export {
   NestedLockError,
   NotInTransactionError,
   PgfenceError,
+  PooledConnectionError,
   StaleTokenError,
 } from './errors.js';
 export type { LockLostReason } from './errors.js';

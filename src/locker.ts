@@ -35,6 +35,13 @@ export interface LockerOptions {
   connectionString?: string;
   /** Or a pool to pin the locker's connections from, for the locker's lifetime. */
   pool?: pg.Pool;
+  /**
+   * For the locker's pinned sessions (session locks, semaphores, the waiter, the listener) when
+   * connectionString/pool goes through a transaction pooler such as PgBouncer: a URL straight to
+   * PostgreSQL (or a session-mode pool). Without it, session locks behind a transaction pooler are
+   * refused with PGFENCE_POOLED_CONNECTION.
+   */
+  directConnectionString?: string;
   /** Prefix of every lock name (hashed together with it). */
   namespace?: string;
   /** Pinned connections for session locks; default 2. */
@@ -142,6 +149,9 @@ class PgLocker extends EventEmitter implements Locker {
     if (o.pool !== undefined && (typeof o.pool !== 'object' || o.pool === null || typeof o.pool.connect !== 'function')) {
       throw new InvalidArgumentError('pool', `expected a pg.Pool, got ${describeType(o.pool)}`);
     }
+    if (o.directConnectionString !== undefined && (typeof o.directConnectionString !== 'string' || o.directConnectionString === '')) {
+      throw new InvalidArgumentError('directConnectionString', `expected a PostgreSQL URL, got ${describeType(o.directConnectionString)}`);
+    }
     if (o.namespace !== undefined) nameToBytes('namespace', o.namespace);
     const keepaliveMs = o.keepaliveMs === undefined ? 5000 : durationMs(o.keepaliveMs, 'keepaliveMs', { min: 10 });
     this.opts = {
@@ -167,6 +177,7 @@ class PgLocker extends EventEmitter implements Locker {
       {
         connectionString: o.connectionString,
         pool: o.pool,
+        directConnectionString: o.directConnectionString,
         // The sessions, the waiter session, the release listener, and two for short statements (leases, inspect).
         poolSize: this.opts.maxSessions + 4,
         connectTimeoutMs: this.opts.deadlineMs,
@@ -207,7 +218,7 @@ class PgLocker extends EventEmitter implements Locker {
     } catch (err) {
       return Promise.reject(err);
     }
-    return this.locks.acquire(request, false) as Promise<LockHandle>;
+    return this.refusedIfPooled(this.locks.acquire(request, false) as Promise<LockHandle>);
   }
 
   async tryAcquire(name: LockName, opts?: Omit<AcquireOptions, 'timeoutMs'>): Promise<LockHandle | null> {
@@ -215,7 +226,7 @@ class PgLocker extends EventEmitter implements Locker {
     if (o.timeoutMs !== undefined && o.timeoutMs !== 0) {
       throw new InvalidArgumentError('timeoutMs', 'tryAcquire makes a single attempt; use acquire() to wait');
     }
-    return this.locks.acquire(this.request(name, { ...o, timeoutMs: 0 }, 'tryAcquire'), true);
+    return this.refusedIfPooled(this.locks.acquire(this.request(name, { ...o, timeoutMs: 0 }, 'tryAcquire'), true));
   }
 
   async withLock<T>(name: LockName, fn: (handle: LockHandle) => Promise<T>, opts?: AcquireOptions): Promise<T> {
@@ -255,7 +266,7 @@ class PgLocker extends EventEmitter implements Locker {
     try {
       for (const target of ordered) {
         const timeoutMs = deadline === Infinity ? Infinity : Math.max(0, deadline - performance.now());
-        const handle = await this.locks.acquire({ ...first, target, timeoutMs }, true);
+        const handle = await this.refusedIfPooled(this.locks.acquire({ ...first, target, timeoutMs }, true));
         if (!handle) throw new LockTimeoutError(target.name, target.key, first.timeoutMs);
         held.push(handle);
       }
@@ -306,16 +317,17 @@ class PgLocker extends EventEmitter implements Locker {
           : durationMs(a.timeoutMs, 'timeoutMs', { allowInfinity: true });
       const r: PermitRequest = { target, baseKey, slots, timeoutMs, signal: abortSignal(a.signal) };
       this.checkNesting(target, a.allowNested);
+      if (this.source.refusal) throw this.source.refusal;
       this.budget.check(target);
       return r;
     };
     const acquire = async (acquireOpts?: SemaphoreAcquireOptions) =>
-      (await this.semaphores.acquire(request(acquireOpts, 'acquire', false), false))!;
+      (await this.refusedIfPooled(this.semaphores.acquire(request(acquireOpts, 'acquire', false), false)))!;
     return {
       name: target.name,
       permits,
       acquire,
-      tryAcquire: async (acquireOpts) => this.semaphores.acquire(request(acquireOpts, 'tryAcquire', true), true),
+      tryAcquire: async (acquireOpts) => this.refusedIfPooled(this.semaphores.acquire(request(acquireOpts, 'tryAcquire', true), true)),
       withPermit: async (fn, acquireOpts) => {
         callback(fn, 'fn');
         return this.runHolding(await acquire(acquireOpts), fn);
@@ -327,6 +339,7 @@ class PgLocker extends EventEmitter implements Locker {
     const o = optionsObject<LeaseOptions>(opts, 'leader options');
     if (o.timeoutMs !== undefined) throw new InvalidArgumentError('timeoutMs', 'a candidate campaigns until it resigns; use whenElected({ signal })');
     const template = this.leaseRequest(name, { ...o, timeoutMs: Infinity, allowNested: true }, 'leader');
+    if (this.source.refusal) throw this.source.refusal; // its guard is a session lock
     if (this.closing) throw new LockUnavailableError('the locker is closed');
     const campaign = new LeaderCampaign(template.target, {
       // A campaign may start inside a lock callback: its own locks are not nested in it.
@@ -406,6 +419,17 @@ class PgLocker extends EventEmitter implements Locker {
   }
 
   /** Validates a request (before any I/O) and checks for nesting. */
+  /**
+   * Until the first pinned session has shown it is not behind a transaction pooler, a failure is
+   * checked for that cause (the session only reports it as a lost connection). Free afterwards.
+   */
+  private refusedIfPooled<T>(pending: Promise<T>): Promise<T> {
+    if (this.source.pinningVerified) return pending;
+    return pending.catch((err: unknown) => {
+      throw this.source.refusal ?? err;
+    });
+  }
+
   private request(name: LockName | undefined, opts: AcquireOptions | undefined, method: string): AcquireRequest {
     // The hot path (no options) allocates nothing beyond the request itself.
     const o: Partial<AcquireOptions> = opts === undefined ? NO_OPTIONS : optionsObject<AcquireOptions>(opts, `${method} options`);
@@ -424,6 +448,7 @@ class PgLocker extends EventEmitter implements Locker {
       fencing,
     };
     this.checkNesting(target, o.allowNested);
+    if (this.source.refusal) throw this.source.refusal;
     this.budget.check(target);
     this.names.note(target.key, target.name, this.opts.namespace ?? null);
     return request;

@@ -1,5 +1,7 @@
 import pg from 'pg';
 import type { Logger } from '../observe/logger.js';
+import { PooledConnectionError } from '../errors.js';
+import { clientLike, detectPinning, type Pinning } from './pooler-detection.js';
 import type { PinnedSessionSettings } from './server-settings.js';
 
 /** A connection pinned for a long time (a session or the listener) and how to give it back. */
@@ -19,11 +21,21 @@ export class ConnectionSource {
   readonly ownsPool: boolean;
   private readonly pinnedSettings: PinnedSessionSettings | undefined;
   private readonly connectTimeoutMs: number;
+  /** Where pinned connections come from: `pool`, or a pool of directConnectionString's (past a pooler). */
+  private readonly pinPool: pg.Pool;
+  private readonly pinVia: 'connectionString' | 'directConnectionString';
+  /** What the first pinned connection showed; null until then. */
+  pinning: Pinning | null = null;
+  /** Set when pinned connections go through a transaction pooler: every pin is refused with it. */
+  refusal: PooledConnectionError | null = null;
+  private detecting: Promise<void> | null = null;
 
   constructor(
     opts: {
       connectionString?: string;
       pool?: pg.Pool;
+      /** For pinned connections only, when connectionString/pool goes through a transaction pooler. */
+      directConnectionString?: string;
       poolSize: number;
       connectTimeoutMs: number;
       /** Applied to every pinned connection before it is used (dead-client detection, no idle timeouts). */
@@ -49,11 +61,47 @@ export class ConnectionSource {
       // An idle pooled client that loses its server emits 'error' on the pool; never let it crash the process.
       this.pool.on('error', (err) => this.logger.warn({ err }, 'pgfence: idle pooled connection failed'));
     }
+    if (opts.directConnectionString !== undefined) {
+      this.pinPool = new pg.Pool({
+        connectionString: opts.directConnectionString,
+        application_name: 'pgfence',
+        max: opts.poolSize,
+        connectionTimeoutMillis: opts.connectTimeoutMs,
+        keepAlive: true,
+      });
+      this.pinPool.on('error', (err) => this.logger.warn({ err }, 'pgfence: idle pooled connection failed'));
+      this.pinVia = 'directConnectionString';
+    } else {
+      this.pinPool = this.pool;
+      this.pinVia = 'connectionString';
+    }
+  }
+
+  /** True once the first pinned connection showed one backend per connection (no check needed any more). */
+  get pinningVerified(): boolean {
+    return this.pinning !== null && this.refusal === null;
+  }
+
+  /** Once per source: is the pinning pool direct (or a session pool), or a transaction pooler? */
+  private checkPinning(client: pg.ClientBase): Promise<void> {
+    this.detecting ??= detectPinning(client, () => clientLike(this.pinPool, this.connectTimeoutMs)).then(
+      (pinning) => {
+        this.pinning = pinning;
+        if (pinning === 'transaction-pooled') this.refusal = new PooledConnectionError(this.pinVia);
+        else if (pinning === 'session-pooled') this.logger.info({}, 'pgfence: pinned sessions go through a session-mode pooler');
+      },
+      (err: unknown) => {
+        this.detecting = null; // the next connection tries again
+        throw err;
+      },
+    );
+    return this.detecting;
   }
 
   /** Checks a connection out and keeps it; `onError` hears of every error the client emits afterwards. */
   async pin(onError: (err: Error) => void): Promise<PinnedConnection> {
-    const client = await this.pool.connect();
+    if (this.refusal) throw this.refusal;
+    const client = await this.pinPool.connect();
     let destroyed = false;
     client.on('error', onError);
     const conn: PinnedConnection = {
@@ -70,6 +118,18 @@ export class ConnectionSource {
         client.release(true);
       },
     };
+    if (this.pinning === null || this.refusal) {
+      try {
+        await withDeadline(this.checkPinning(client), this.connectTimeoutMs);
+      } catch (err) {
+        conn.destroy();
+        throw err;
+      }
+      if (this.refusal) {
+        conn.destroy();
+        throw this.refusal;
+      }
+    }
     if (this.pinnedSettings) {
       try {
         await withDeadline(this.pinnedSettings.apply(client), this.connectTimeoutMs);
@@ -82,6 +142,7 @@ export class ConnectionSource {
   }
 
   async end(): Promise<void> {
+    if (this.pinPool !== this.pool) await this.pinPool.end();
     if (this.ownsPool) await this.pool.end();
   }
 }

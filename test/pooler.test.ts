@@ -1,0 +1,153 @@
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLocker, fencedUpdate, migrate, PooledConnectionError, xactLock, tryXactLock } from '../src/index.js';
+import { appName, track, useTestDatabase } from './support/db.js';
+import { type Bouncer, pgbouncerUnavailable, startPgBouncer } from './support/pgbouncer.js';
+
+/**
+ * A real PgBouncer (1.18 on Debian 12: no protocol-level prepared statements) in front of the test
+ * server. Transaction mode shares server connections between clients: session locks must be refused
+ * there, and everything transaction-scoped must work through it.
+ */
+const unavailable = pgbouncerUnavailable();
+if (unavailable) {
+  const line = `[pgfence tests] POOLER TESTS SKIPPED: ${unavailable}`;
+  if (process.env.PGFENCE_REQUIRE_NETNS === '1') throw new Error(line);
+  console.warn(line);
+}
+
+const WORKERS = 25;
+
+describe.skipIf(unavailable !== null)('behind PgBouncer', () => {
+  let db: Awaited<ReturnType<typeof useTestDatabase>>;
+  let tx: Bouncer;
+  let session: Bouncer;
+  const pools: pg.Pool[] = [];
+
+  beforeAll(async () => {
+    db = await useTestDatabase('pooler');
+    [tx, session] = await Promise.all([startPgBouncer(db.url, 'transaction'), startPgBouncer(db.url, 'session')]);
+    const c = new pg.Client({ connectionString: db.url });
+    await c.connect();
+    await c.query('CREATE TABLE counter (id int PRIMARY KEY, n int NOT NULL, fencing_token bigint NOT NULL DEFAULT 0)');
+    await c.query(`INSERT INTO counter VALUES (1, 0), (2, 0), (3, 0)`);
+    await c.end();
+  }, 60_000);
+
+  afterAll(async () => {
+    await Promise.all(pools.map((p) => p.end().catch(() => {})));
+    await Promise.all([tx?.stop(), session?.stop()]);
+  }, 30_000);
+
+  const pooled = (url: string, max = 10) => {
+    const p = new pg.Pool({ connectionString: url, max });
+    p.on('error', () => {});
+    pools.push(p);
+    return p;
+  };
+  const counter = async (id: number) => (await pooled(db.url, 1).query('SELECT n FROM counter WHERE id = $1', [id])).rows[0].n as number;
+
+  it('migrate() works through transaction pooling', async () => {
+    const first = await migrate({ connectionString: tx.url(db.url) });
+    expect(first.applied.length).toBeGreaterThan(0);
+    expect((await migrate({ connectionString: tx.url(db.url) })).applied).toEqual([]);
+  });
+
+  it('session locks, semaphores and leader election are refused with PGFENCE_POOLED_CONNECTION', async () => {
+    const locker = track(createLocker({ connectionString: tx.url(db.url) }));
+    const first = await locker.acquire('pool:session').catch((e: unknown) => e);
+    expect(first).toBeInstanceOf(PooledConnectionError);
+    expect((first as PooledConnectionError).code).toBe('PGFENCE_POOLED_CONNECTION');
+    expect((first as Error).message).toMatch(/directConnectionString/);
+    expect((first as Error).message).toMatch(/xactLock/);
+    await expect(locker.tryAcquire('pool:session')).rejects.toBeInstanceOf(PooledConnectionError);
+    await expect(locker.semaphore('pool:sem', { permits: 2 }).acquire()).rejects.toBeInstanceOf(PooledConnectionError);
+    expect(() => locker.leader('pool:leader')).toThrow(PooledConnectionError);
+    // Nothing was left on the pooled server connections.
+    const { rows } = await pooled(db.url, 1).query(`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory'`);
+    expect(rows[0].n).toBe(0);
+  });
+
+  it('a session-mode pooler keeps one backend per client: session locks work through it', async () => {
+    const a = track(createLocker({ connectionString: session.url(db.url) }));
+    const b = track(createLocker({ connectionString: session.url(db.url) }));
+    const h = await a.acquire('pool:session-mode');
+    expect(await b.tryAcquire('pool:session-mode')).toBeNull();
+    await h.release();
+    const h2 = await b.acquire('pool:session-mode');
+    await h2.release();
+  });
+
+  it(`xactLock: 2 lockers x ${WORKERS} workers over an unsynchronised counter end exact`, async () => {
+    const rounds = 4;
+    const worker = async (pool: pg.Pool, w: number) => {
+      for (let r = 0; r < rounds; r++) {
+        const client = await pool.connect();
+        try {
+          await client.query('BEGIN');
+          const lock = (w + r) % 2 === 0 ? await xactLock(client, 'pool:xact', { timeoutMs: 30_000 }) : await tryXactLockLoop(client);
+          expect(lock.key).toBeTypeOf('bigint');
+          const n = (await client.query('SELECT n FROM counter WHERE id = 1')).rows[0].n as number;
+          await client.query('UPDATE counter SET n = $1 WHERE id = 1', [n + 1]);
+          await client.query('COMMIT');
+        } catch (err) {
+          await client.query('ROLLBACK').catch(() => {});
+          throw err;
+        } finally {
+          client.release();
+        }
+      }
+    };
+    const lockers = [pooled(tx.url(db.url)), pooled(tx.url(db.url))];
+    await Promise.all(lockers.flatMap((p) => Array.from({ length: WORKERS }, (_, w) => worker(p, w))));
+    expect(await counter(1)).toBe(2 * WORKERS * rounds);
+  }, 60_000);
+
+  it(`leases: 2 lockers x ${WORKERS} workers end exact, and their fenced writes apply (waits poll: no LISTEN through the pooler)`, async () => {
+    const lockers = [0, 1].map(() => track(createLocker({ connectionString: tx.url(db.url) })));
+    const writes = pooled(tx.url(db.url));
+    const worker = (locker: (typeof lockers)[number]) =>
+      locker.withLease(
+        'pool:lease',
+        async (lease) => {
+          const n = (await writes.query('SELECT n FROM counter WHERE id = 2')).rows[0].n as number;
+          const res = await fencedUpdate(writes, { table: 'counter', set: { n: n + 1 }, where: { id: 2 }, token: lease.token! });
+          expect(res.applied).toBe(true);
+        },
+        { timeoutMs: 60_000, ttlMs: 10_000 },
+      );
+    await Promise.all(lockers.flatMap((l) => Array.from({ length: WORKERS }, () => worker(l))));
+    expect(await counter(2)).toBe(2 * WORKERS);
+  }, 90_000);
+
+  it('with directConnectionString, session locks work (pinned sessions direct, the rest through the pooler)', async () => {
+    const app = appName('direct');
+    const lockers = [0, 1].map(() =>
+      track(createLocker({ connectionString: tx.url(db.url), directConnectionString: db.urlWith({ application_name: app }) })),
+    );
+    const c = pooled(tx.url(db.url));
+    const worker = (locker: (typeof lockers)[number]) =>
+      locker.withLock(
+        'pool:direct',
+        async () => {
+          const n = (await c.query('SELECT n FROM counter WHERE id = 3')).rows[0].n as number;
+          await c.query('UPDATE counter SET n = $1 WHERE id = 3', [n + 1]);
+        },
+        { timeoutMs: 60_000 },
+      );
+    await Promise.all(lockers.flatMap((l) => Array.from({ length: WORKERS }, () => worker(l))));
+    expect(await counter(3)).toBe(2 * WORKERS);
+    // The pinned sessions are the direct ones.
+    const { rows } = await pooled(db.url, 1).query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1`, [app]);
+    expect(rows[0].n).toBeGreaterThan(0);
+  }, 60_000);
+});
+
+/** tryXactLock until it grants (exercises the try path through the pooler too). */
+async function tryXactLockLoop(client: pg.PoolClient) {
+  for (;;) {
+    const got = await tryXactLock(client, 'pool:xact');
+    if (got) return got;
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
