@@ -72,7 +72,7 @@ describe('maxHeldLocks', () => {
 const unavailable = privateClusterUnavailable();
 if (unavailable) {
   const line = `[pgfence tests] LOCK-TABLE TESTS SKIPPED: ${unavailable} (they start a PostgreSQL of their own)`;
-  if (process.env.PGFENCE_REQUIRE_NETNS === '1') throw new Error(line);
+  if (process.env.PGFENCE_REQUIRE_TOPOLOGY_TESTS === '1') throw new Error(line);
   console.warn(line);
 }
 

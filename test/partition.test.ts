@@ -10,12 +10,12 @@ import { createPartitionLab, netnsUnavailable, type PartitionLab } from './suppo
 /**
  * Real partitions: a holder process inside a network namespace, its link cut with `ip link set down`.
  * The server must drop the partitioned backend (and its locks) within the documented bound, after the
- * holder's own signal has aborted. Needs root and iproute2; CI sets PGFENCE_REQUIRE_NETNS=1.
+ * holder's own signal has aborted. Needs root and iproute2; CI sets PGFENCE_REQUIRE_TOPOLOGY_TESTS=1.
  */
 const unavailable = netnsUnavailable();
 if (unavailable) {
   const line = `[pgfence tests] PARTITION TESTS SKIPPED: ${unavailable} (they need root, iproute2 and network namespaces)`;
-  if (process.env.PGFENCE_REQUIRE_NETNS === '1') throw new Error(line);
+  if (process.env.PGFENCE_REQUIRE_TOPOLOGY_TESTS === '1') throw new Error(line);
   console.warn(line);
 }
 

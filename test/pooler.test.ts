@@ -12,7 +12,7 @@ import { type Bouncer, pgbouncerUnavailable, startPgBouncer } from './support/pg
 const unavailable = pgbouncerUnavailable();
 if (unavailable) {
   const line = `[pgfence tests] POOLER TESTS SKIPPED: ${unavailable}`;
-  if (process.env.PGFENCE_REQUIRE_NETNS === '1') throw new Error(line);
+  if (process.env.PGFENCE_REQUIRE_TOPOLOGY_TESTS === '1') throw new Error(line);
   console.warn(line);
 }
 
