@@ -1,3 +1,5 @@
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLocker, fencedUpdate, migrate, PooledConnectionError, xactLock, tryXactLock } from '../src/index.js';
@@ -141,6 +143,24 @@ describe.skipIf(unavailable !== null)('behind PgBouncer', () => {
     const { rows } = await pooled(db.url, 1).query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1`, [app]);
     expect(rows[0].n).toBeGreaterThan(0);
   }, 60_000);
+});
+
+describe.skipIf(unavailable !== null)('pgfence status behind PgBouncer', () => {
+  it('says when the connection it reads through is a transaction pooler', async () => {
+    const db = await useTestDatabase('pooler_status');
+    const tx = await startPgBouncer(db.url, 'transaction');
+    try {
+      const main = new URL('../dist/cli/main.js', import.meta.url).pathname;
+      const status = async (url: string, ...flags: string[]) =>
+        (await promisify(execFile)(process.execPath, [main, 'status', '--database-url', url, ...flags])).stdout;
+      expect(JSON.parse(await status(tx.url(db.url), '--json')).connection).toBe('transaction-pooled');
+      expect(await status(tx.url(db.url))).toMatch(/connection: through a transaction pooler/);
+      expect(JSON.parse(await status(db.url, '--json')).connection).toBe('direct');
+      expect(await status(db.url)).not.toMatch(/pooler/);
+    } finally {
+      await tx.stop();
+    }
+  });
 });
 
 /** tryXactLock until it grants (exercises the try path through the pooler too). */

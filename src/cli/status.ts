@@ -6,6 +6,7 @@
 
 import pg from 'pg';
 import { inspectDatabase, type LockEntry, type LockReport } from '../observe/inspect.js';
+import { clientLike, detectPinning, type Pinning } from '../session/pooler-detection.js';
 import { booleanFlag, formatMs, numberFlag, type ParsedArgs } from './args.js';
 import { noPositionals, runCommand, type CommandSpec } from './command.js';
 import { databaseFlag, databaseHelp, databaseUrl, withApplicationName } from './database.js';
@@ -57,20 +58,31 @@ export async function run(argv: string[]): Promise<number> {
     // An idle connection failing between refreshes must not crash the process.
     pool.on('error', () => {});
     try {
-      return args.flags.watch === undefined ? await once(pool, args) : await watch(pool, args);
+      const connection = await connectionKind(pool);
+      return args.flags.watch === undefined ? await once(pool, args, connection) : await watch(pool, args, connection);
     } finally {
       await pool.end().catch(() => {});
     }
   });
 }
 
-async function once(pool: pg.Pool, args: ParsedArgs): Promise<number> {
-  const report = await inspectDatabase(pool);
+/** Whether status reads through a pooler (checked once): pids and application names then are the pooler's server connections. */
+async function connectionKind(pool: pg.Pool): Promise<Pinning> {
+  const client = await pool.connect();
+  try {
+    return await detectPinning(client, () => clientLike(pool, 10_000));
+  } finally {
+    client.release();
+  }
+}
+
+async function once(pool: pg.Pool, args: ParsedArgs, connection: Pinning): Promise<number> {
+  const report = { ...(await inspectDatabase(pool)), connection };
   process.stdout.write(booleanFlag(args, 'json') ? `${toJson(report, 2)}\n` : `${renderReport(report)}\n`);
   return EXIT.OK;
 }
 
-async function watch(pool: pg.Pool, args: ParsedArgs): Promise<number> {
+async function watch(pool: pg.Pool, args: ParsedArgs, connection: Pinning): Promise<number> {
   const intervalMs = numberFlag(args, 'watch') ?? DEFAULT_INTERVAL_MS;
   const json = booleanFlag(args, 'json');
   const tty = process.stdout.isTTY === true && !json;
@@ -83,7 +95,7 @@ async function watch(pool: pg.Pool, args: ParsedArgs): Promise<number> {
     while (!stop.signal.aborted) {
       let text: string;
       try {
-        const report = await inspectDatabase(pool);
+        const report = { ...(await inspectDatabase(pool)), connection };
         text = json ? toJson(report) : renderReport(report);
         if (!json) text = `pgfence status, every ${formatMs(intervalMs)}, at ${report.at.toISOString()} (Ctrl-C to quit)\n\n${text}`;
       } catch (err) {
@@ -131,6 +143,11 @@ export function renderReport(report: LockReport): string {
   const now = report.at.getTime();
   const held = report.locks.filter((l) => l.state === 'held').length;
   const out: string[] = [];
+  if (report.connection === 'transaction-pooled') {
+    out.push('connection: through a transaction pooler (PgBouncer?): session locks are refused there; PIDs are its server connections');
+  } else if (report.connection === 'session-pooled') {
+    out.push('connection: through a session pooler (one server connection per client)');
+  }
   out.push(`advisory locks: ${held} held, ${report.locks.length - held} waiting`);
   if (report.locks.length > 0) {
     const rows = report.locks.map((l) => [

@@ -48,6 +48,12 @@ export interface LockReport {
   leases: LeaseEntry[];
   /** False when pgfence's schema is missing: no names, no leases (run migrate()). */
   schema: boolean;
+  /**
+   * How the report's connection reaches PostgreSQL, when it was checked (pgfence status does):
+   * 'direct', or through a pooler that keeps one backend per client ('session-pooled') or shares
+   * them ('transaction-pooled': session locks are refused there).
+   */
+  connection?: 'direct' | 'session-pooled' | 'transaction-pooled';
 }
 
 interface LockRow {
