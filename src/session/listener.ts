@@ -53,7 +53,9 @@ export class ReleaseListener {
       this.armKeepalive();
       return true;
     } catch (err) {
-      this.opts.logger.warn({ err }, 'pgfence: release listener unavailable; waiters poll');
+      // Behind a transaction pooler there is no LISTEN by design: waiters poll, and that is no news.
+      if ((err as { code?: unknown }).code === 'PGFENCE_POOLED_CONNECTION') this.opts.logger.debug({ err }, 'pgfence: no release listener behind a pooler; waiters poll');
+      else this.opts.logger.warn({ err }, 'pgfence: release listener unavailable; waiters poll');
       conn?.destroy();
       return false;
     }

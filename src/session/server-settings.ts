@@ -77,7 +77,7 @@ const LOCK_TABLE_ROW = 'pgfence.lock_table_size';
  */
 const applySql = `SELECT v.name, set_config(v.name, v.value, false) AS value
   FROM unnest($1::text[], $2::text[]) AS v(name, value)
-  WHERE v.name IN (SELECT name FROM pg_catalog.pg_settings)`;
+  WHERE current_setting(v.name, true) IS NOT NULL`;
 
 /** The same statement, also reading the size of the server's shared lock table (for the lock budget). */
 const applyAndReadSql = `${applySql}
