@@ -66,8 +66,16 @@ describe.skipIf(unavailable !== null)('behind PgBouncer', () => {
     await expect(locker.semaphore('pool:sem', { permits: 2 }).acquire()).rejects.toBeInstanceOf(PooledConnectionError);
     expect(() => locker.leader('pool:leader')).toThrow(PooledConnectionError);
     // Nothing was left on the pooled server connections.
-    const { rows } = await pooled(db.url, 1).query(`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory'`);
+    const { rows } = await pooled(db.url, 1).query(`SELECT count(*)::int AS n FROM pg_locks
+        WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`);
     expect(rows[0].n).toBe(0);
+  });
+
+  it("a fresh locker's first leader election behind the pooler ends with PGFENCE_POOLED_CONNECTION (no endless retry)", async () => {
+    const locker = track(createLocker({ connectionString: tx.url(db.url) }));
+    const election = locker.leader('pool:leader:first');
+    await expect(election.whenElected()).rejects.toBeInstanceOf(PooledConnectionError);
+    expect(election.isLeader).toBe(false);
   });
 
   it('a session-mode pooler keeps one backend per client: session locks work through it', async () => {

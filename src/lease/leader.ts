@@ -45,6 +45,8 @@ export interface LeaderElection extends EventEmitter {
 const RETRY_MS = 250;
 
 export class LeaderCampaign extends EventEmitter implements LeaderElection {
+  /** Why the campaign ended by itself (it cannot run here), for whenElected(). */
+  private failure: Error | null = null;
   private term: { epoch: bigint; lease: LeaseHandle; guard: LockHandle; controller: AbortController } | null = null;
   private readonly stop = new AbortController();
   private readonly running: Promise<void>;
@@ -79,7 +81,11 @@ export class LeaderCampaign extends EventEmitter implements LeaderElection {
       };
       const onStop = () => {
         cleanup();
-        reject(opts.signal?.aborted ? opts.signal.reason : new Error('the election was resigned before this candidate was elected'));
+        reject(
+          opts.signal?.aborted
+            ? opts.signal.reason
+            : (this.failure ?? new Error('the election was resigned before this candidate was elected')),
+        );
       };
       const cleanup = () => {
         this.off('elected', onElected);
@@ -116,6 +122,13 @@ export class LeaderCampaign extends EventEmitter implements LeaderElection {
       } catch (err) {
         await lease.release();
         if (this.stop.signal.aborted) return;
+        if ((err as { code?: unknown }).code === 'PGFENCE_POOLED_CONNECTION') {
+          // Behind a transaction pooler the guard can never be held: the campaign ends, whenElected() says why.
+          this.failure = err as Error;
+          this.ports.logger.error({ err, lock: this.target.name }, 'pgfence: leader election refused behind a transaction pooler');
+          this.stop.abort();
+          return;
+        }
         this.ports.logger.warn({ err, lock: this.target.name }, 'pgfence: leader session unavailable; retrying');
         await delay(RETRY_MS, this.stop.signal);
         continue;
