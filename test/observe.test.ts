@@ -6,9 +6,11 @@ import {
   MeterProvider,
   PeriodicExportingMetricReader,
 } from '@opentelemetry/sdk-metrics';
+import pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { createLocker, LockTimeoutError, type LockEntry } from '../src/index.js';
+import { createLocker, lockKey, LockTimeoutError, type LockEntry } from '../src/index.js';
 import { appName, eventually, killBackends, track, useMigratedDatabase } from './support/db.js';
+import { withTimeout } from './support/server.js';
 
 let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
 
@@ -118,6 +120,82 @@ describe('inspect', () => {
       await lease.release();
     } finally {
       child.kill('SIGKILL');
+    }
+  });
+});
+
+describe('name registry', () => {
+  /** A caller's pool whose clients log every statement they send (the locker pins its sessions from it). */
+  function loggingPool(url: string) {
+    const sent: { text: string; values: unknown[] | undefined }[] = [];
+    const pool = new pg.Pool({ connectionString: url, max: 10 });
+    pool.on('connect', (client) => {
+      const query = client.query.bind(client) as (...a: unknown[]) => unknown;
+      (client as unknown as { query: (...a: unknown[]) => unknown }).query = (...a: unknown[]) => {
+        const q = a[0] as string | { text: string; values?: unknown[] };
+        sent.push(typeof q === 'string' ? { text: q, values: a[1] as unknown[] | undefined } : { text: q.text, values: q.values ?? (a[1] as unknown[]) });
+        return query(...a);
+      };
+    });
+    return { pool, sent };
+  }
+  const isNameWrite = (s: { text: string }) => /INSERT INTO pgfence\.lock_names/.test(s.text);
+
+  it('another connection sees a name soon after the grant; the acquire neither waits for nor sends the write; one write per name, batched', async () => {
+    const { pool, sent } = loggingPool(db.url);
+    const admin = new pg.Client({ connectionString: db.url });
+    const blocker = new pg.Client({ connectionString: db.url });
+    await admin.connect();
+    await blocker.connect();
+    const named = async (name: string) =>
+      (await admin.query(`SELECT name FROM pgfence.lock_names WHERE key = $1`, [lockKey(name)])).rows[0]?.name === name;
+    const locker = track(createLocker({ pool }));
+    try {
+      await (await locker.acquire('reg:warm')).release(); // the session exists before anything is counted
+      await eventually(() => named('reg:warm'), 5_000, 'the warm-up name');
+
+      // Statements an acquire of a known name sends, the baseline for a new name's.
+      let from = sent.length;
+      await (await locker.acquire('reg:warm')).release();
+      const knownAcquire = sent.slice(from).filter((s) => !isNameWrite(s)).length;
+
+      // Writes to the registry block behind this lock: an acquire that waited for its name's write would hang.
+      await blocker.query('BEGIN');
+      await blocker.query('LOCK TABLE pgfence.lock_names IN SHARE MODE');
+      from = sent.length;
+      const fresh = await withTimeout(locker.acquire('reg:fresh'), 5_000, 'an acquire while its name write is blocked');
+      await fresh.release();
+      expect(sent.slice(from).filter((s) => !isNameWrite(s)).length).toBe(knownAcquire);
+      // The write went out in the background, on another connection, and waits for the table.
+      await eventually(async () => {
+        const { rows } = await admin.query(
+          `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO pgfence.lock_names%'`,
+        );
+        return rows.length === 1;
+      }, 5_000, 'the blocked name write');
+      expect(await named('reg:fresh')).toBe(false);
+      await blocker.query('COMMIT');
+      // Seen from another connection without any flush() or inspect() by the locker.
+      await eventually(() => named('reg:fresh'), 5_000, 'the new name in the registry');
+
+      // Once per name per process, and names noted together go out in one write.
+      for (let i = 0; i < 3; i++) await (await locker.acquire('reg:fresh')).release();
+      const batch = await Promise.all(['reg:b', 'reg:c', 'reg:d'].map((n) => locker.acquire(n)));
+      await Promise.all(batch.map((h) => h.release()));
+      await eventually(async () => (await Promise.all(['reg:b', 'reg:c', 'reg:d'].map(named))).every(Boolean), 5_000, 'the batch of names');
+      await locker.close();
+      const writes = sent.filter(isNameWrite);
+      const writesOf = (name: string) => writes.filter((w) => (w.values![0] as bigint[]).includes(lockKey(name))).length;
+      expect(writesOf('reg:warm')).toBe(1);
+      expect(writesOf('reg:fresh')).toBe(1);
+      expect(writes.filter((w) => (w.values![0] as bigint[]).includes(lockKey('reg:b')))[0]!.values![0]).toEqual(
+        ['reg:b', 'reg:c', 'reg:d'].map((n) => lockKey(n)),
+      );
+      expect(writes).toHaveLength(3);
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => {});
+      await locker.close(); // before pool.end(): the locker's sessions are pinned from the pool
+      await Promise.all([admin.end(), blocker.end(), pool.end()]);
     }
   });
 });
