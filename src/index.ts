@@ -20,6 +20,7 @@ export type { Logger } from './observe/logger.js';
 export type { Meter } from './observe/metrics.js';
 export type {
   AcquiredEvent,
+  BounceEvent,
   ContentionEvent,
   LockerStats,
   LockKind,

@@ -11,7 +11,7 @@ import { NameRegistry } from './observe/name-registry.js';
 import { describeType, nameToBytes, resolveLock, type LockName, type LockTarget } from './keys.js';
 import { type Logger, silentLogger } from './observe/logger.js';
 import type { Meter } from './observe/metrics.js';
-import { type LockerStats, type LockMode, Observer } from './observe/observer.js';
+import { type LockerStats, type LockMode, Observer, reportBounce } from './observe/observer.js';
 import { abortSignal, booleanOption, callback, durationMs, oneOf, optionsObject, positiveInteger } from './options.js';
 import { ConnectionSource } from './session/connection-source.js';
 import { ReleaseListener } from './session/listener.js';
@@ -346,6 +346,12 @@ class PgLocker extends EventEmitter implements Locker {
       await this.source.end();
     })();
     return this.closing;
+  }
+
+  /** @internal pgfence/pg-boss returned a job to pg-boss because its key was busy. */
+  [reportBounce](name: string, queue: string, jobId: string, waitMs: number | null): void {
+    const target = resolveLock(name, this.opts.namespace);
+    this.observer.bounced({ kind: 'lock', name: target.name, key: target.key, mode: 'exclusive' }, queue, jobId, waitMs);
   }
 
   private runHolding<H extends LockHandle, T>(handle: H, fn: (handle: H) => Promise<T>): Promise<T> {

@@ -1,4 +1,4 @@
-import type { AcquiredEvent, ContentionEvent, LockEventInfo, LostEvent, ReleasedEvent, TimeoutEvent } from './observer.js';
+import type { AcquiredEvent, BounceEvent, ContentionEvent, LockEventInfo, LostEvent, ReleasedEvent, TimeoutEvent } from './observer.js';
 
 /**
  * The part of @opentelemetry/api's Meter that pgfence uses, written out so that the package's
@@ -22,6 +22,7 @@ export interface MeterInstruments {
   timeout(ev: TimeoutEvent): void;
   lost(ev: LostEvent): void;
   contention(ev: ContentionEvent): void;
+  bounced(ev: BounceEvent): void;
 }
 
 /** Instrument names follow OpenTelemetry conventions: dotted, unit in `unit`, low-cardinality attributes. */
@@ -32,6 +33,7 @@ export function createInstruments(meter: Meter, heldNow: () => number): MeterIns
   const timeouts = meter.createCounter('pgfence.lock.timeouts', { description: 'Acquires that timed out' });
   const lost = meter.createCounter('pgfence.lock.lost', { description: 'Held locks that were lost' });
   const contention = meter.createCounter('pgfence.lock.contention', { description: 'Acquires that found the lock busy' });
+  const bounced = meter.createCounter('pgfence.pgboss.bounced', { description: 'pg-boss jobs returned to pg-boss because their key was busy' });
   const held = meter.createObservableGauge('pgfence.lock.held', { description: 'Locks held by this locker now' });
   held.addCallback((result) => result.observe(heldNow()));
   // Lock names are unbounded: attributes carry the kind and mode only.
@@ -54,6 +56,9 @@ export function createInstruments(meter: Meter, heldNow: () => number): MeterIns
     },
     contention(ev) {
       contention.add(1, attrs(ev));
+    },
+    bounced(ev) {
+      bounced.add(1, attrs(ev));
     },
   };
 }
