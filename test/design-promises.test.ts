@@ -43,13 +43,14 @@ describe('sessions', () => {
             locker.withLock(`pool-query:${i % 10}`, async () => (await pool.query('SELECT $1::int AS i', [i])).rows[0].i as number, { timeoutMs: 30_000 }),
           ),
         ),
-        30_000,
+        20_000,
         'thirty holders that query through the pool their locker pins from',
       );
       expect(results.sort((a, b) => a - b)).toEqual(Array.from({ length: 30 }, (_, i) => i));
     } finally {
-      await locker.close();
-      await pool.end();
+      // Bounded: after a deadlock neither would end.
+      await withTimeout(locker.close(), 5_000, 'close').catch(() => {});
+      await withTimeout(pool.end(), 5_000, 'pool.end').catch(() => {});
     }
   });
 
@@ -58,7 +59,9 @@ describe('sessions', () => {
     const holder = track(createLocker({ connectionString: db.url }));
     const held = await Promise.all(names.map((n) => holder.acquire(n)));
     const app = appName('waiters');
-    const waiter = track(createLocker({ connectionString: db.urlWith({ application_name: app }), maxSessions: 2 }));
+    // A roomy pool of the caller's, so that the count below is the locker's doing, not the pool's cap.
+    const pool = new pg.Pool({ connectionString: db.urlWith({ application_name: app }), max: 30 });
+    const waiter = createLocker({ pool, maxSessions: 2 });
     const waits = names.map((n) => waiter.acquire(n, { timeoutMs: 60_000 }));
     // Every wait is in the database: blocked in PostgreSQL's queue, or announced by a marker.
     await eventually(async () => {
@@ -72,6 +75,8 @@ describe('sessions', () => {
     await Promise.all(held.map((h) => h.release()));
     const got = await Promise.all(waits);
     await Promise.all(got.map((h) => h.release()));
+    await waiter.close();
+    await pool.end();
   });
 
   it('a waiting acquire never delays a release on the same session', async () => {
