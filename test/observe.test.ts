@@ -182,7 +182,7 @@ describe('name registry', () => {
       for (let i = 0; i < 3; i++) await (await locker.acquire('reg:fresh')).release();
       const batch = await Promise.all(['reg:b', 'reg:c', 'reg:d'].map((n) => locker.acquire(n)));
       await Promise.all(batch.map((h) => h.release()));
-      await eventually(async () => (await Promise.all(['reg:b', 'reg:c', 'reg:d'].map(named))).every(Boolean), 5_000, 'the batch of names');
+      await eventually(async () => (await named('reg:b')) && (await named('reg:c')) && (await named('reg:d')), 5_000, 'the batch of names');
       await locker.close();
       const writes = sent.filter(isNameWrite);
       const writesOf = (name: string) => writes.filter((w) => (w.values![0] as bigint[]).includes(lockKey(name))).length;
