@@ -83,7 +83,7 @@ class Demo implements Narrator {
 
     let url = args.databaseUrl;
     if (url) {
-      this.say(Date.now(), 'demo', `Using the database of ${args.databaseFrom} (${redactUrl(url)}).`);
+      this.say(Date.now(), 'demo', `Using the database from ${args.databaseFrom} (${redactUrl(url)}).`);
     } else {
       this.say(Date.now(), 'demo', 'No DATABASE_URL: starting embedded PostgreSQL in a temporary directory...');
       this.server = await startEmbeddedPostgres();
@@ -93,6 +93,7 @@ class Demo implements Narrator {
     try {
       this.client = await connect(url);
     } catch (err) {
+      this.flush(true); // the story so far first: stdout and stderr may share a terminal
       process.stderr.write(`pgfence demo: could not connect to ${redactUrl(url)}: ${errorText(err)}\n`);
       return EXIT.UNAVAILABLE;
     }
