@@ -9,7 +9,7 @@ import { LeaderCampaign, type LeaderElection } from './lease/leader.js';
 import { inspectDatabase, type LockReport, type OwnLocks } from './observe/inspect.js';
 import { NameRegistry } from './observe/name-registry.js';
 import { describeType, nameToBytes, resolveLock, type LockName, type LockTarget } from './keys.js';
-import { type Logger, silentLogger } from './observe/logger.js';
+import { jsonSafeLogger, type Logger, silentLogger } from './observe/logger.js';
 import type { Meter } from './observe/metrics.js';
 import { type LockerStats, type LockMode, Observer, reportBounce } from './observe/observer.js';
 import { abortSignal, booleanOption, callback, durationMs, oneOf, optionsObject, positiveInteger } from './options.js';
@@ -446,5 +446,5 @@ function checkLogger(logger: unknown): Logger {
       throw new InvalidArgumentError('logger', `expected a pino/console-shaped logger with a ${level}() method`);
     }
   }
-  return l as Logger;
+  return jsonSafeLogger(l as Logger);
 }

@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { once } from 'node:events';
 import {
   AggregationTemporality,
@@ -8,7 +9,7 @@ import {
 } from '@opentelemetry/sdk-metrics';
 import pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { createLocker, lockKey, LockTimeoutError, type LockEntry } from '../src/index.js';
+import { createLocker, lockKey, LockLostError, LockTimeoutError, type LockEntry } from '../src/index.js';
 import { appName, eventually, killBackends, track, useMigratedDatabase } from './support/db.js';
 import { withTimeout } from './support/server.js';
 
@@ -17,6 +18,14 @@ let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
 beforeAll(async () => {
   db = await useMigratedDatabase('observe');
 });
+
+/** Paths to every bigint reachable through own enumerable properties (what JSON loggers walk). */
+function bigintPaths(value: unknown, path = '$', seen = new Set<unknown>()): string[] {
+  if (typeof value === 'bigint') return [path];
+  if (value === null || typeof value !== 'object' || seen.has(value)) return [];
+  seen.add(value);
+  return Object.keys(value).flatMap((k) => bigintPaths((value as Record<string, unknown>)[k], `${path}.${k}`, seen));
+}
 
 describe('metrics', () => {
   it('records wait and hold histograms and the counters through an OpenTelemetry meter', async () => {
@@ -49,6 +58,24 @@ describe('metrics', () => {
     expect(sum('pgfence.lock.wait')).toBe(4); // three grants and one timeout
     expect(sum('pgfence.lock.hold')).toBe(3); // one release and two losses
     expect(metrics.get('pgfence.lock.held')!.dataPoints[0]!.value).toBe(0);
+
+    // Every instrument has a unit, and README's table documents it with its unit and every attribute
+    // (and attribute value) it was recorded with.
+    const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
+    expect(metrics.size).toBe(7);
+    for (const [name, m] of metrics) {
+      const unit = (m as unknown as { descriptor: { unit: string } }).descriptor.unit;
+      expect(unit, `${name} has a unit`).toMatch(/^(ms|\{[a-z]+\})$/);
+      const row = readme.split('\n').map((l) => l.trim()).find((l) => l.startsWith(`| \`${name}\` |`));
+      expect(row, `README's metrics table has a row for ${name}`).toBeDefined();
+      expect(row).toContain(`| \`${unit}\` |`);
+      for (const p of m.dataPoints) {
+        for (const [key, value] of Object.entries(p.attributes)) {
+          expect(row, `${name}: attribute ${key}`).toContain(`\`${key}\``);
+          if (key !== 'pgfence.kind' && key !== 'pgfence.mode') expect(row, `${name}: ${key}=${String(value)}`).toContain(`\`${String(value)}\``);
+        }
+      }
+    }
     void held;
     await provider.shutdown();
   });
@@ -78,6 +105,15 @@ describe('logs', () => {
     expect(entries.find((e) => e.msg === 'pgfence: lock lost')).toMatchObject({ level: 'warn', obj: { lock: 'log:c', reason: 'session-lost' } });
     // Keys are logged as strings: JSON loggers cannot serialise bigints.
     expect(() => JSON.stringify(entries.map((e) => e.obj))).not.toThrow();
+    // ... at every depth, errors included: pino copies an error's own fields (not its toJSON) and
+    // writes a bigint as a JSON number, which loses precision (err.key of a lost lock).
+    expect(bigintPaths(entries.map((e) => e.obj))).toEqual([]);
+    const lostErr = entries.find((e) => e.msg === 'pgfence: lock lost')!.obj.err as LockLostError;
+    expect(lostErr).toBeInstanceOf(LockLostError); // still an error of its class (pino's err.type)
+    expect(lostErr.key).toBe(String(h.key));
+    expect(lostErr.stack).toContain('LockLostError');
+    expect(h.signal.reason).toBeInstanceOf(LockLostError);
+    expect(typeof (h.signal.reason as LockLostError).key).toBe('bigint'); // the thrown error is untouched
   });
 });
 
