@@ -14,6 +14,7 @@ export {
   NotInTransactionError,
   PgfenceError,
   StaleTokenError,
+  TransactionAbortedError,
 } from './errors.js';
 export type { LockLostReason } from './errors.js';
 export type { Logger } from './observe/logger.js';

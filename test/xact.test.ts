@@ -1,7 +1,7 @@
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DeadlockError, LockTimeoutError, NotInTransactionError, tryXactLock, xactLock } from '../src/index.js';
+import { DeadlockError, LockTimeoutError, NotInTransactionError, TransactionAbortedError, tryXactLock, xactLock } from '../src/index.js';
 import * as k from '../src/kysely/index.js';
 import { useMigratedDatabase } from './support/db.js';
 
@@ -120,9 +120,15 @@ describe('xactLock on node-postgres', () => {
     try {
       await c.query('BEGIN');
       await c.query('SELECT 1/0').catch(() => {});
-      await expect(xactLock(c, 'x:aborted')).rejects.toBeInstanceOf(NotInTransactionError);
-      await c.query('ROLLBACK');
+      for (const attempt of [xactLock(c, 'x:aborted'), tryXactLock(c, 'x:aborted')]) {
+        const err = await attempt.catch((e: unknown) => e);
+        // Not "outside a transaction": the caller must roll back, not BEGIN.
+        expect(err).not.toBeInstanceOf(NotInTransactionError);
+        expect(err).toBeInstanceOf(TransactionAbortedError);
+        expect(err).toMatchObject({ code: 'PGFENCE_TRANSACTION_ABORTED', message: expect.stringMatching(/roll/i) });
+      }
     } finally {
+      await c.query('ROLLBACK');
       c.release();
     }
   });
@@ -163,6 +169,19 @@ describe('xactLock on Kysely', () => {
     } finally {
       await holder.release();
     }
+  });
+
+  it('refuses an aborted transaction with its own error, not NotInTransactionError', async () => {
+    const err = await kdb
+      .transaction()
+      .execute(async (trx) => {
+        await sql`SELECT 1/0`.execute(trx).catch(() => {});
+        await k.xactLock(trx, 'k:aborted', { timeoutMs: 1000 });
+      })
+      .catch((e: unknown) => e);
+    expect(err).not.toBeInstanceOf(NotInTransactionError);
+    expect(err).toBeInstanceOf(TransactionAbortedError);
+    expect(err).toMatchObject({ code: 'PGFENCE_TRANSACTION_ABORTED' });
   });
 
   it('issues fencing tokens', async () => {

@@ -6,6 +6,7 @@ import {
   NestedLockError,
   NotInTransactionError,
   schemaMissingError,
+  TransactionAbortedError,
 } from '../errors.js';
 import { nameToBytes, resolveLock, type LockName, type LockTarget } from '../keys.js';
 import { abortSignal, booleanOption, durationMs, oneOf, optionsObject } from '../options.js';
@@ -78,7 +79,7 @@ function prepare(exec: XactExecutor, name: LockName, opts: XactLockOptions | und
   const signal = abortSignal(o.signal);
   const status = exec.status();
   if (status === 'idle') throw new NotInTransactionError();
-  if (status === 'failed') throw abortedTransaction();
+  if (status === 'failed') throw new TransactionAbortedError();
   const held = heldKeys.get(exec.identity)?.get(target.key);
   if (held !== undefined && exec.perTransaction) throw new NestedLockError(target.name, target.key, target.name, target.key);
   return { target, shared: mode === 'shared', fencing, timeoutMs, signal, nestedIn: held ?? null };
@@ -185,7 +186,7 @@ function translate(err: unknown, p: Prepared): Error {
   if (missing) return missing;
   const code = sqlState(err);
   if (code === '25P01') return new NotInTransactionError();
-  if (code === '25P02') return abortedTransaction();
+  if (code === '25P02') return new TransactionAbortedError({ cause: err });
   if (code === '40P01') return new DeadlockError(p.target.name, p.target.key, { cause: err });
   if (code === '57014') {
     // The caller's statement_timeout (or a cancel request) ended the wait.
@@ -195,12 +196,6 @@ function translate(err: unknown, p: Prepared): Error {
   }
   if (isConnectionError(err)) return new LockUnavailableError(`transaction lock failed: ${(err as Error)?.message}`, { cause: err });
   return err instanceof Error ? err : new Error(String(err));
-}
-
-function abortedTransaction(): NotInTransactionError {
-  const e = new NotInTransactionError();
-  e.message = 'the transaction is aborted (an earlier statement failed): roll it back before taking locks in it';
-  return e;
 }
 
 function sqlState(err: unknown): string | undefined {
