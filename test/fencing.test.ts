@@ -101,15 +101,20 @@ describe('guarded writes', () => {
   });
 
   it('apply with the current token, again with the same token, and refuse an older one', async () => {
-    expect(await fencedUpdate(pool, { table: 'app.orders', set: { status: 'paid' }, where: { id: 1 }, token: 5n })).toEqual({ applied: true });
-    expect(await fencedUpdate(pool, { table: 'app.orders', set: { note: 'x' }, where: { id: 1 }, token: 5n })).toEqual({ applied: true });
+    const one = { applied: true, written: 1, refused: 0 };
+    expect(await fencedUpdate(pool, { table: 'app.orders', set: { status: 'paid' }, where: { id: 1 }, token: 5n })).toEqual(one);
+    expect(await fencedUpdate(pool, { table: 'app.orders', set: { note: 'x' }, where: { id: 1 }, token: 5n })).toEqual(one);
     expect(await fencedUpdate(pool, { table: 'app.orders', set: { status: 'stale' }, where: { id: 1 }, token: 4n })).toEqual({
       applied: false,
+      written: 0,
+      refused: 1,
       reason: 'stale',
       currentToken: 5n,
     });
     expect(await fencedUpdate(pool, { table: 'app.orders', set: { status: 'gone' }, where: { id: 99 }, token: 9n })).toEqual({
       applied: false,
+      written: 0,
+      refused: 0,
       reason: 'missing',
     });
     const { rows } = await pool.query(`SELECT status, note, fencing_token FROM app.orders WHERE id = 1`);
@@ -144,6 +149,41 @@ describe('guarded writes', () => {
     expect(() => fencingColumnSql('x"; DROP TABLE y; --')).toThrow(InvalidArgumentError);
     expect(() => fencingColumnSql('orders', { column: '1abc' })).toThrow(InvalidArgumentError);
     expect(() => fencingColumnSql('orders', { enforce: 'yes' as never })).toThrow(InvalidArgumentError);
+  });
+});
+
+describe('a guarded write over several rows', () => {
+  it('reports how many rows it wrote and how many a newer token kept, and is applied only when it wrote them all', async () => {
+    await pool.query(`CREATE TABLE shipments (id int PRIMARY KEY, batch int, state text)`);
+    await pool.query(fencingColumnSql('shipments'));
+    await pool.query(`INSERT INTO shipments VALUES (1, 7, 'new', 3), (2, 7, 'new', 10), (3, 8, 'new', NULL)`);
+
+    const partial = await fencedUpdate(pool, { table: 'shipments', set: { state: 'sent' }, where: { batch: 7 }, token: 5n });
+    expect(partial).toEqual({ applied: false, written: 1, refused: 1, reason: 'stale', currentToken: 10n });
+    const { rows } = await pool.query(`SELECT id, state, fencing_token FROM shipments WHERE batch = 7 ORDER BY id`);
+    expect(rows).toEqual([
+      { id: 1, state: 'sent', fencing_token: '5' }, // token 3 row: written
+      { id: 2, state: 'new', fencing_token: '10' }, // token 10 row: kept
+    ]);
+
+    expect(await fencedUpdate(pool, { table: 'shipments', set: { state: 'done' }, where: { batch: 7 }, token: 10n })).toEqual({
+      applied: true,
+      written: 2,
+      refused: 0,
+    });
+    expect(await fencedUpdate(pool, { table: 'shipments', set: { state: 'x' }, where: { batch: 7 }, token: 4n })).toEqual({
+      applied: false,
+      written: 0,
+      refused: 2,
+      reason: 'stale',
+      currentToken: 10n,
+    });
+    expect(await fencedUpdate(pool, { table: 'shipments', set: { state: 'x' }, where: { batch: 9 }, token: 4n })).toEqual({
+      applied: false,
+      written: 0,
+      refused: 0,
+      reason: 'missing',
+    });
   });
 });
 
@@ -183,6 +223,8 @@ describe('a holder paused past its lease', () => {
       expect(lease.token).toBeGreaterThan(BigInt(first.token));
       expect(await fencedUpdate(pool, { table: 'docs', set: { body: 'written by the new holder' }, where: { id: 1 }, token: lease.token })).toEqual({
         applied: true,
+        written: 1,
+        refused: 0,
       });
       await pool.query(`UPDATE docs_unfenced SET body = 'written by the new holder' WHERE id = 1`);
 
@@ -192,7 +234,7 @@ describe('a holder paused past its lease', () => {
         fenced: { applied: boolean; reason?: string; currentToken?: string };
         controlRows: number;
       };
-      expect(result.fenced).toEqual({ applied: false, reason: 'stale', currentToken: String(lease.token) });
+      expect(result.fenced).toEqual({ applied: false, written: 0, refused: 1, reason: 'stale', currentToken: String(lease.token) });
       expect(result.controlRows).toBe(1);
       const fenced = await pool.query(`SELECT body FROM docs WHERE id = 1`);
       const control = await pool.query(`SELECT body FROM docs_unfenced WHERE id = 1`);

@@ -209,16 +209,42 @@ describe('Kysely guarded writes', () => {
   });
 
   it('fencedUpdate reports stale and missing', async () => {
-    expect(await k.fencedUpdate(kdb, { table: 'accounts', set: { balance: 80 }, where: { id: 1 }, token: 4n })).toEqual({ applied: true });
+    expect(await k.fencedUpdate(kdb, { table: 'accounts', set: { balance: 80 }, where: { id: 1 }, token: 4n })).toEqual({
+      applied: true,
+      written: 1,
+      refused: 0,
+    });
     expect(await k.fencedUpdate(kdb, { table: 'accounts', set: { balance: 1 }, where: { id: 1 }, token: 3n })).toEqual({
       applied: false,
+      written: 0,
+      refused: 1,
       reason: 'stale',
       currentToken: 4n,
     });
     expect(await k.fencedUpdate(kdb, { table: 'accounts', set: { balance: 1 }, where: { id: 2 }, token: 9n })).toEqual({
       applied: false,
+      written: 0,
+      refused: 0,
       reason: 'missing',
     });
+  });
+
+  it('fencedUpdate over several rows reports written and refused rows', async () => {
+    await pool.query(`CREATE TABLE parcels (id int PRIMARY KEY, batch int, state text)`);
+    await k.addFencingColumn(kdb, 'parcels');
+    await pool.query(`INSERT INTO parcels VALUES (1, 7, 'new', 3), (2, 7, 'new', 10)`);
+    expect(await k.fencedUpdate(kdb, { table: 'parcels', set: { state: 'sent' }, where: { batch: 7 }, token: 5n })).toEqual({
+      applied: false,
+      written: 1,
+      refused: 1,
+      reason: 'stale',
+      currentToken: 10n,
+    });
+    const { rows } = await pool.query(`SELECT id, state FROM parcels ORDER BY id`);
+    expect(rows).toEqual([
+      { id: 1, state: 'sent' },
+      { id: 2, state: 'new' },
+    ]);
   });
 
   it('the enforced table refuses a lower token from any writer', async () => {

@@ -43,7 +43,8 @@ export async function tryXactLock(
   return tryXactLockWith(kyselyExecutor(trx), name, opts);
 }
 
-export { addFencingColumn, fenced, fencedUpdate } from './fencing.js';
+export { addFencingColumn, fenced, fencedClaim, fencedUpdate } from './fencing.js';
 export type { FencedUpdateResult, FencedUpdateSpec } from '../fencing/fenced-update.js';
+export type { FencedClaimResult, FencedClaimSpec } from '../fencing/fenced-claim.js';
 export type { FencingColumnOptions } from '../fencing/fencing-column.js';
 export { pgfenceMigrations } from './migrations.js';
