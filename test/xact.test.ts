@@ -247,6 +247,32 @@ describe('Kysely guarded writes', () => {
     ]);
   });
 
+  it('fencedClaim: a stale holder that read first cannot overwrite the newer holder’s increment', async () => {
+    await pool.query(`CREATE TABLE tallies (id int PRIMARY KEY, n int NOT NULL)`);
+    await k.addFencingColumn(kdb, 'tallies', { enforce: true });
+    await pool.query(`INSERT INTO tallies (id, n) VALUES (1, 0)`);
+    type Tally = { id: number; n: number };
+    // A (token 1) claims and reads; its lease expires; B (token 2) claims and reads; A writes, then B.
+    const a = await k.fencedClaim<Tally>(kdb, { table: 'tallies', where: { id: 1 }, token: 1n });
+    const b = await kdb.transaction().execute((trx) => k.fencedClaim<Tally>(trx, { table: 'tallies', where: { id: 1 }, token: 2n }));
+    expect([a.claimed, b.claimed]).toEqual([true, true]);
+    expect(await k.fencedUpdate(kdb, { table: 'tallies', set: { n: a.rows[0]!.n + 1 }, where: { id: 1 }, token: 1n })).toMatchObject({
+      applied: false,
+      reason: 'stale',
+      currentToken: 2n,
+    });
+    expect((await k.fencedUpdate(kdb, { table: 'tallies', set: { n: b.rows[0]!.n + 1 }, where: { id: 1 }, token: 2n })).applied).toBe(true);
+    expect(await k.fencedClaim(kdb, { table: 'tallies', where: { id: 1 }, token: 1n })).toEqual({
+      claimed: false,
+      rows: [],
+      refused: 1,
+      reason: 'stale',
+      currentToken: 2n,
+    });
+    const { rows } = await pool.query(`SELECT n FROM tallies WHERE id = 1`);
+    expect(rows[0].n).toBe(1);
+  });
+
   it('the enforced table refuses a lower token from any writer', async () => {
     await expect(pool.query(`UPDATE accounts SET fencing_token = 1 WHERE id = 1`)).rejects.toMatchObject({ code: 'PGF01' });
   });
