@@ -1,9 +1,18 @@
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DeadlockError, LockTimeoutError, NotInTransactionError, TransactionAbortedError, tryXactLock, xactLock } from '../src/index.js';
+import {
+  DeadlockError,
+  LockTimeoutError,
+  LockUnavailableError,
+  NotInTransactionError,
+  TransactionAbortedError,
+  tryXactLock,
+  xactLock,
+} from '../src/index.js';
 import * as k from '../src/kysely/index.js';
-import { useMigratedDatabase } from './support/db.js';
+import { eventually, sleep, useMigratedDatabase } from './support/db.js';
+import { TcpProxy } from './support/tcp-proxy.js';
 
 let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
 let pool: pg.Pool;
@@ -275,5 +284,96 @@ describe('Kysely guarded writes', () => {
 
   it('the enforced table refuses a lower token from any writer', async () => {
     await expect(pool.query(`UPDATE accounts SET fencing_token = 1 WHERE id = 1`)).rejects.toMatchObject({ code: 'PGF01' });
+  });
+});
+
+describe('a network blackhole during an xactLock wait', () => {
+  // The answer PostgreSQL gives to a wait is due at timeoutMs; the client allows it a grace of 2 s.
+  const NO_ANSWER_AFTER_MS = 12_000;
+  const proxied = async () => {
+    const target = new URL(db.url);
+    const proxy = await new TcpProxy(target.hostname, Number(target.port || 5432)).start();
+    const url = new URL(db.url);
+    url.port = String(proxy.port);
+    return { proxy, url: url.toString() };
+  };
+  /** Sessions of this database waiting for an advisory lock. */
+  const advisoryWaiters = async () =>
+    (
+      await pool.query(`SELECT count(*)::int AS n FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+                         WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = current_database()`)
+    ).rows[0].n as number;
+  const settleWithin = <T>(p: Promise<T>, ms: number) =>
+    Promise.race([p.then((v) => v, (e: unknown) => e), sleep(ms).then(() => 'no answer while the network was down' as const)]);
+
+  it('node-postgres: rejects within timeoutMs plus the grace with LockUnavailableError and ends the client', async () => {
+    const holder = await holdInTransaction('x:blackhole:pg');
+    const { proxy, url } = await proxied();
+    const client = new pg.Client({ connectionString: url });
+    const clientErrors: unknown[] = [];
+    client.on('error', (e) => clientErrors.push(e));
+    try {
+      await client.connect();
+      await client.query('BEGIN');
+      await client.query(`INSERT INTO items VALUES (500, 'in the cut-off transaction')`);
+      const waiting = xactLock(client, 'x:blackhole:pg', { timeoutMs: 2000 });
+      await eventually(async () => (await advisoryWaiters()) === 1, 15_000, 'the wait to reach the server');
+      proxy.blackhole();
+      const started = performance.now();
+      const outcome = await settleWithin(waiting, NO_ANSWER_AFTER_MS);
+      console.log(`xactLock under a blackhole answered after ${Math.round(performance.now() - started)} ms`);
+      expect(outcome).toBeInstanceOf(LockUnavailableError);
+      expect((outcome as Error).message).toMatch(/discard/i);
+      // The client was ended: a later statement fails at once, it never runs in some other transaction.
+      await expect(client.query('SELECT 1')).rejects.toThrow(/not queryable|terminated|closed/i);
+      expect(clientErrors).toEqual([]); // ended on purpose: no 'error' event for an unwary caller to crash on
+    } finally {
+      proxy.heal();
+      await proxy.close();
+      await holder.release();
+      await client.end().catch(() => {});
+    }
+    // Once the server sees the connection gone, the transaction is rolled back.
+    await eventually(async () => (await pool.query(`SELECT 1 FROM items WHERE id = 500`)).rowCount === 0 && (await advisoryWaiters()) === 0);
+  });
+
+  it('Kysely: rejects within timeoutMs plus the grace, and the transaction refuses every later statement', async () => {
+    const holder = await holdInTransaction('x:blackhole:kysely');
+    const { proxy, url } = await proxied();
+    const kp = new pg.Pool({ connectionString: url, max: 1 });
+    kp.on('error', () => {});
+    const kk = new Kysely<{ items: { id: number; v: string } }>({ dialect: new PostgresDialect({ pool: kp }) });
+    try {
+      const result = await kk
+        .transaction()
+        .execute(async (trx) => {
+          const waiting = k.xactLock(trx, 'x:blackhole:kysely', { timeoutMs: 2000 });
+          await eventually(async () => (await advisoryWaiters()) === 1, 15_000, 'the wait to reach the server');
+          proxy.stall(); // held, not lost: delivered when the network heals
+          let later: Promise<unknown>;
+          try {
+            const outcome = await settleWithin(waiting, NO_ANSWER_AFTER_MS);
+            expect(outcome).toBeInstanceOf(LockUnavailableError);
+            // A caller that carries on anyway: its statement waits for the network, then is refused.
+            later = trx.insertInto('items').values({ id: 501, v: 'after giving up' }).execute();
+            later.catch(() => {});
+            await holder.release(); // the wait would now be granted on the server
+          } finally {
+            proxy.heal();
+          }
+          const err = await later.then(() => null, (e: unknown) => e);
+          expect(err).toMatchObject({ code: '25P02' });
+          return 'carried on';
+        })
+        .catch((e: unknown) => e);
+      // Its COMMIT is a rollback (Kysely reports it as AbortedTransactionError): nothing of it is kept.
+      expect(result).toMatchObject({ message: expect.stringMatching(/rolled back/) });
+      expect((await pool.query(`SELECT 1 FROM items WHERE id = 501`)).rowCount).toBe(0);
+    } finally {
+      proxy.heal();
+      await kk.destroy();
+      await proxy.close();
+      await holder.release().catch(() => {});
+    }
   });
 });
