@@ -237,6 +237,7 @@ function translate(err: unknown, p: Prepared): Error {
     return new LockUnavailableError(
       `PostgreSQL did not answer within ${err.afterMs} ms while taking transaction lock ${describeLock(p.target.name, p.target.key)} ` +
         `(server or network down): ${err.advice}`,
+      { cause: new Error(`no answer from PostgreSQL within ${err.afterMs} ms`) },
     );
   }
   const missing = schemaMissingError(err);
