@@ -211,25 +211,28 @@ async function undo(exec: XactExecutor, p: Prepared): Promise<void> {
  * within `serverBoundMs` (the statement's own lock_timeout; 0 for one that does not wait) plus
  * ANSWER_GRACE_MS, whatever the network does. Past that the executor abandons the transaction.
  */
-async function answered<T>(exec: XactExecutor, serverBoundMs: number, run: () => Promise<T>): Promise<T> {
+function answered<T>(exec: XactExecutor, serverBoundMs: number, run: () => Promise<T>): Promise<T> {
   const pending = run();
   if (serverBoundMs === Infinity) return pending; // asked to wait without bound
   const limitMs = serverBoundMs + ANSWER_GRACE_MS;
-  let cancel = () => {};
-  const late = new Promise<never>((_, reject) => {
-    cancel = setLongTimeout(() => reject(new NoAnswer(limitMs, exec.abandonAdvice)), limitMs);
-  });
-  try {
-    return await Promise.race([pending, late]);
-  } catch (err) {
-    if (err instanceof NoAnswer) {
+  // One timer and no extra promise per statement: this runs on every xactLock.
+  return new Promise<T>((resolve, reject) => {
+    const cancel = setLongTimeout(() => {
       pending.catch(() => {}); // settles when the connection ends or the network heals; nobody waits for it
       exec.abandon();
-    }
-    throw err;
-  } finally {
-    cancel();
-  }
+      reject(new NoAnswer(limitMs, exec.abandonAdvice));
+    }, limitMs);
+    pending.then(
+      (value) => {
+        cancel();
+        resolve(value);
+      },
+      (err: unknown) => {
+        cancel();
+        reject(err);
+      },
+    );
+  });
 }
 
 function translate(err: unknown, p: Prepared): Error {
