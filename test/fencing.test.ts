@@ -265,6 +265,27 @@ describe('a fenced read-modify-write', () => {
     }
   });
 
+  it('works on tables whose names match the words of its own SQL', async () => {
+    for (const table of ['updated', 'claimed', 'seen']) {
+      await pool.query(`CREATE TABLE ${table} (id int PRIMARY KEY, n int)`);
+      await pool.query(fencingColumnSql(table));
+      await pool.query(`INSERT INTO ${table} VALUES (1, 0, 5), (2, 0, NULL)`);
+      expect(await fencedUpdate(pool, { table, set: { n: 1 }, where: { id: 1 }, token: 4n })).toEqual({
+        applied: false,
+        written: 0,
+        refused: 1,
+        reason: 'stale',
+        currentToken: 5n,
+      });
+      expect(await fencedClaim(pool, { table, where: { id: 1 }, token: 4n })).toMatchObject({ claimed: false, refused: 1, currentToken: 5n });
+      expect(await fencedClaim(pool, { table, where: { id: 2 }, token: 4n })).toEqual({
+        claimed: true,
+        rows: [{ id: 2, n: 0, fencing_token: '4' }],
+        refused: 0,
+      });
+    }
+  });
+
   it.each<[string, object]>([
     ['an injection-shaped table', { table: 'counters; DROP TABLE x', where: { id: 1 }, token: 1n }],
     ['a bad where column', { table: 'counters', where: { 'id OR 1=1': 1 }, token: 1n }],

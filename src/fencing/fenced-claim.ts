@@ -41,16 +41,17 @@ export function fencedClaimQuery(spec: FencedClaimSpec): { text: string; values:
   if (s.set !== undefined) {
     throw new InvalidArgumentError('set', 'fencedClaim writes only the fencing token; write columns afterwards with fencedUpdate');
   }
-  // One row per claimed row (or one row of NULLs when none was), each carrying the counts.
-  const text = `WITH claimed AS (
+  // One row per claimed row (or one row of NULLs when none was), each carrying the counts. The CTEs'
+  // names have a space: no table name that passes validation can be shadowed by them.
+  const text = `WITH "pgfence claimed" AS (
   UPDATE ${t.table} SET ${t.column} = $1
   WHERE ${t.conditions} AND ${t.guard}
   RETURNING *
-), seen AS (
+), "pgfence seen" AS (
   SELECT count(*)::int AS matched, max(${t.column})::text AS current FROM ${t.table} WHERE ${t.conditions}
 )
-SELECT c.*, (SELECT count(*) FROM claimed)::int AS "${META.written}", s.matched AS "${META.matched}", s.current AS "${META.current}"
-FROM seen s LEFT JOIN claimed c ON true`;
+SELECT c.*, (SELECT count(*) FROM "pgfence claimed")::int AS "${META.written}", s.matched AS "${META.matched}", s.current AS "${META.current}"
+FROM "pgfence seen" s LEFT JOIN "pgfence claimed" c ON true`;
   return { text, values: t.values };
 }
 

@@ -83,12 +83,13 @@ export function fencedUpdateQuery(spec: FencedUpdateSpec): { text: string; value
     return `${col} = ${t.param(value)}`;
   });
   // The counts read the statement's snapshot, from before the UPDATE: matched - written = refused.
-  const text = `WITH updated AS (
+  // The CTE's name has a space: no table name that passes validation can be shadowed by it.
+  const text = `WITH "pgfence updated" AS (
   UPDATE ${t.table} SET ${[...assignments, `${t.column} = $1`].join(', ')}
   WHERE ${t.conditions} AND ${t.guard}
   RETURNING 1
 )
-SELECT (SELECT count(*) FROM updated)::int AS written,
+SELECT (SELECT count(*) FROM "pgfence updated")::int AS written,
        (SELECT count(*) FROM ${t.table} WHERE ${t.conditions})::int AS matched,
        (SELECT max(${t.column}) FROM ${t.table} WHERE ${t.conditions})::text AS current`;
   return { text, values: t.values };
