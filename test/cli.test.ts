@@ -411,7 +411,9 @@ describe('pgfence run', () => {
   });
 
   it('--ttl bounds an advisory hold: past it the child is stopped and the exit is 70', async () => {
-    const r = await pgfence(['run', 'cli:ttl', '--ttl', '300ms', '--', node, CHILD, 'trap', file('ttl-ready'), file('ttl-got'), '0']);
+    // The TTL leaves the child time to start and set its trap even on a loaded machine (300 ms did not).
+    const r = await pgfence(['run', 'cli:ttl', '--ttl', '3s', '--', node, CHILD, 'trap', file('ttl-ready'), file('ttl-got'), '0']);
+    expect(existsSync(file('ttl-ready'))).toBe(true);
     expect(r.code).toBe(70);
     expect(read('ttl-got')).toBe('SIGTERM\n');
     expect(r.stderr).toContain('--ttl ran out');
