@@ -73,6 +73,20 @@ export class NotInTransactionError extends PgfenceError {
   }
 }
 
+/**
+ * A transaction-scoped lock was requested in a transaction that an earlier statement already failed
+ * (SQLSTATE 25P02): nothing runs in it any more. Roll it back (and retry in a new one).
+ */
+export class TransactionAbortedError extends PgfenceError {
+  constructor(options?: { cause?: unknown }) {
+    super(
+      'PGFENCE_TRANSACTION_ABORTED',
+      'the transaction is aborted (an earlier statement in it failed): ROLLBACK it, then take the lock in a new transaction',
+      options,
+    );
+  }
+}
+
 /** A guarded write carried a fencing token older than the one the row has already seen. */
 export class StaleTokenError extends PgfenceError {
   readonly token: bigint;

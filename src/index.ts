@@ -17,12 +17,14 @@ export {
   PgfenceError,
   PooledConnectionError,
   StaleTokenError,
+  TransactionAbortedError,
 } from './errors.js';
 export type { LockLostReason } from './errors.js';
 export type { Logger } from './observe/logger.js';
 export type { Meter } from './observe/metrics.js';
 export type {
   AcquiredEvent,
+  BounceEvent,
   ContentionEvent,
   LockerStats,
   LockKind,
@@ -33,8 +35,9 @@ export type {
 } from './observe/observer.js';
 export { tryXactLock, xactLock } from './advisory/xact-pg.js';
 export type { XactLockOptions, XactLockResult } from './advisory/xact.js';
-export { fencedUpdate } from './fencing/fenced-update-pg.js';
+export { fencedClaim, fencedUpdate } from './fencing/fenced-update-pg.js';
 export type { FencedUpdateResult, FencedUpdateSpec } from './fencing/fenced-update.js';
+export type { FencedClaimResult, FencedClaimSpec } from './fencing/fenced-claim.js';
 export { fencingColumnSql } from './fencing/fencing-column.js';
 export type { FencingColumnOptions } from './fencing/fencing-column.js';
 export type { LeaseHandle } from './lease/lease-manager.js';

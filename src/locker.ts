@@ -9,9 +9,9 @@ import { LeaderCampaign, type LeaderElection } from './lease/leader.js';
 import { inspectDatabase, type LockReport, type OwnLocks } from './observe/inspect.js';
 import { NameRegistry } from './observe/name-registry.js';
 import { describeType, nameToBytes, resolveLock, type LockName, type LockTarget } from './keys.js';
-import { type Logger, silentLogger } from './observe/logger.js';
+import { jsonSafeLogger, type Logger, silentLogger } from './observe/logger.js';
 import type { Meter } from './observe/metrics.js';
-import { type LockerStats, type LockMode, Observer } from './observe/observer.js';
+import { type LockerStats, type LockMode, Observer, reportBounce } from './observe/observer.js';
 import { abortSignal, booleanOption, callback, durationMs, oneOf, optionsObject, positiveInteger } from './options.js';
 import { ConnectionSource } from './session/connection-source.js';
 import { deadClientBounds, PinnedSessionSettings } from './session/server-settings.js';
@@ -380,6 +380,12 @@ class PgLocker extends EventEmitter implements Locker {
     return this.closing;
   }
 
+  /** @internal pgfence/pg-boss returned a job to pg-boss because its key was busy. */
+  [reportBounce](name: string, queue: string, jobId: string, waitMs: number | null): void {
+    const target = resolveLock(name, this.opts.namespace);
+    this.observer.bounced({ kind: 'lock', name: target.name, key: target.key, mode: 'exclusive' }, queue, jobId, waitMs);
+  }
+
   private runHolding<H extends LockHandle, T>(handle: H, fn: (handle: H) => Promise<T>): Promise<T> {
     return runHolding(this, handle, async () => {
       try {
@@ -485,5 +491,5 @@ function checkLogger(logger: unknown): Logger {
       throw new InvalidArgumentError('logger', `expected a pino/console-shaped logger with a ${level}() method`);
     }
   }
-  return l as Logger;
+  return jsonSafeLogger(l as Logger);
 }

@@ -1,6 +1,7 @@
+import { AggregationTemporality, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader } from '@opentelemetry/sdk-metrics';
 import PgBoss from 'pg-boss';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { createLocker, InvalidArgumentError, StaleTokenError, type Locker, type LockHandle } from '../src/index.js';
+import { createLocker, InvalidArgumentError, lockKey, StaleTokenError, type BounceEvent, type Locker, type LockHandle } from '../src/index.js';
 import { KeyBusyError, workWithLock, type BossLike, type LockedJob } from '../src/pg-boss/index.js';
 import { appName, eventually, killBackends, sleep, useMigratedDatabase } from './support/db.js';
 
@@ -236,6 +237,42 @@ describe('workWithLock', () => {
     await eventually(async () => (await Promise.all(ids.map((id) => jobOf(boss, queue, id)))).every((j) => j.state === 'completed'), 15_000, 'completions');
     expect(runs).toHaveLength(3);
     assertNoOverlapPerKey(runs);
+  });
+
+  it('reports every bounce like a timeout: a warn log line, a bounce event and the pgfence.pgboss.bounced counter', async () => {
+    const queue = 'reported';
+    const boss = await startBoss();
+    await boss.createQueue(queue, { name: queue, retryLimit: 0 }); // each job bounces exactly once
+    const held = await openLocker().acquire('reported:1');
+    const warnings: { obj: Record<string, unknown>; msg?: string }[] = [];
+    const logger = { debug: () => {}, info: () => {}, warn: (obj: object, msg?: string) => warnings.push({ obj: obj as Record<string, unknown>, msg }), error: () => {} };
+    const exporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
+    const reader = new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 3_600_000 });
+    const provider = new MeterProvider({ readers: [reader] });
+    const locker = createLocker({ connectionString: db.url, logger, meter: provider.getMeter('pgfence-test') });
+    lockers.push(locker);
+    const events: BounceEvent[] = [];
+    locker.on('bounce', (ev: BounceEvent) => events.push(ev));
+    // One try (waitMs 0) and two bounces behind it in the batch: none of them waits, all are reported.
+    const ids = await sendAll(boss, queue, [0, 1, 2].map((i) => ({ key: 'reported:1', i })));
+    await workWithLock<Job>(boss, locker, queue, { key: (job) => job.data.key, waitMs: 0, workOptions: { ...fast, batchSize: 3 } }, recorder([], 'w', 0));
+    await eventually(async () => (await Promise.all(ids.map((id) => jobOf(boss, queue, id)))).every((j) => j.state === 'failed'), 15_000, 'three bounced jobs');
+
+    expect(events.map((e) => e.jobId).sort()).toEqual([...ids].sort());
+    for (const e of events) expect(e).toMatchObject({ kind: 'lock', name: 'reported:1', key: lockKey('reported:1'), mode: 'exclusive', queue });
+    expect(events.map((e) => e.waitMs).sort()).toEqual([0, null, null]);
+    const lines = warnings.filter((w) => w.msg === 'pgfence: job returned to pg-boss for a retry: its key is busy');
+    expect(lines.map((w) => w.obj.jobId).sort()).toEqual([...ids].sort());
+    expect(lines[0]!.obj).toMatchObject({ lock: 'reported:1', key: String(lockKey('reported:1')), queue });
+    await reader.forceFlush();
+    const points = exporter
+      .getMetrics()
+      .flatMap((rm) => rm.scopeMetrics.flatMap((sm) => sm.metrics))
+      .filter((m) => m.descriptor.name === 'pgfence.pgboss.bounced')
+      .flatMap((m) => m.dataPoints as { value: number }[]);
+    expect(points.reduce((n, p) => n + p.value, 0)).toBe(3);
+    await held.release();
+    await provider.shutdown();
   });
 
   it('aborts job.signal with the LockLostError when the lock is lost, and fails a job that ignores it', async () => {

@@ -2,6 +2,7 @@ import { CompiledQuery, type Kysely, type Transaction } from 'kysely';
 import { InvalidArgumentError } from '../errors.js';
 import { describeType, type LockName } from '../keys.js';
 import { tryXactLockWith, xactLockWith, type XactExecutor, type XactLockOptions, type XactLockResult } from '../advisory/xact.js';
+import { doomTransactionSql } from '../advisory/xact-sql.js';
 
 export type { XactLockOptions, XactLockResult } from '../advisory/xact.js';
 
@@ -26,10 +27,21 @@ function kyselyExecutor(trx: AnyTransaction): XactExecutor {
       await trx.executeQuery(CompiledQuery.raw(text, []));
       return null;
     },
+    abandonAdvice:
+      'the transaction is doomed (every later statement in it fails): let the error leave the transaction callback so Kysely rolls it back, and retry',
+    abandon() {
+      // The connection is Kysely's, not ours to end: queue, right behind the unanswered statement, one
+      // that fails, so whatever the caller sends next is refused (25P02) until the rollback.
+      trx.executeQuery(CompiledQuery.raw(doomTransactionSql, [])).catch(() => {});
+    },
   };
 }
 
-/** pg_advisory_xact_lock inside a Kysely transaction (db.transaction().execute(async (trx) => ...)). */
+/**
+ * pg_advisory_xact_lock inside a Kysely transaction (db.transaction().execute(async (trx) => ...)).
+ * When PostgreSQL does not answer within timeoutMs plus 2 s, rejects with LockUnavailableError and
+ * dooms the transaction: its later statements fail until it is rolled back.
+ */
 export async function xactLock(trx: AnyTransaction, name: LockName, opts?: XactLockOptions): Promise<XactLockResult> {
   return xactLockWith(kyselyExecutor(trx), name, opts);
 }
@@ -43,7 +55,8 @@ export async function tryXactLock(
   return tryXactLockWith(kyselyExecutor(trx), name, opts);
 }
 
-export { addFencingColumn, fenced, fencedUpdate } from './fencing.js';
+export { addFencingColumn, fenced, fencedClaim, fencedUpdate } from './fencing.js';
 export type { FencedUpdateResult, FencedUpdateSpec } from '../fencing/fenced-update.js';
+export type { FencedClaimResult, FencedClaimSpec } from '../fencing/fenced-claim.js';
 export type { FencingColumnOptions } from '../fencing/fencing-column.js';
 export { pgfenceMigrations } from './migrations.js';

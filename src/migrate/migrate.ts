@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { resolveConnectionString } from '../session/connection-config.js';
 import { InvalidArgumentError } from '../errors.js';
 import { describeType } from '../keys.js';
 import { packageFolders } from './package-folders.js';
@@ -50,7 +51,8 @@ export function validateMigrateOptions(opts: unknown): { connectionString: strin
   if (connectionString !== undefined && pool !== undefined) {
     throw new InvalidArgumentError('opts', 'pass either connectionString or pool, not both');
   }
-  if (connectionString !== undefined) return { connectionString };
+  // A URL or libpq keyword/value settings, as one URL; a bad one throws here, before any I/O.
+  if (connectionString !== undefined) return { connectionString: resolveConnectionString(connectionString) };
   if (pool !== undefined) return { pool: pool as pg.Pool };
   throw new InvalidArgumentError('opts', 'pass connectionString (a PostgreSQL URL) or pool (a pg.Pool)');
 }

@@ -6,6 +6,7 @@
  * versions document (work, fail, the 'stopped' event).
  */
 import { InvalidArgumentError, PgfenceError, type Locker, type LockHandle } from '../index.js';
+import { reportBounce, type BounceReporter } from '../observe/observer.js';
 
 /** A job as pg-boss hands it to a worker (with `includeMetadata`, it carries more fields). */
 export interface BossJob<T = object> {
@@ -115,9 +116,15 @@ export async function workWithLock<T = object>(
   const o = checkArguments(boss, locker, queue, options, handler);
   const { key, waitMs, fencing } = o;
   const stopped = stopSignal(boss);
+  const reporter = (locker as Partial<BounceReporter>)[reportBounce];
+  /** Every bounce is reported through the locker: a warn log line, a 'bounce' event, the pgfence.pgboss.bounced counter. */
+  const bounced = (job: BossJob<T>, error: KeyBusyError): KeyBusyError => {
+    reporter?.call(locker, error.lockName, queue, job.id, error.waitMs);
+    return error;
+  };
 
   async function runJob(job: BossJob<T>, name: string, busy: { bounced: boolean }): Promise<Outcome> {
-    if (busy.bounced) return { ok: false, error: jsonError(new KeyBusyError(name, job.id, null)) };
+    if (busy.bounced) return { ok: false, error: jsonError(bounced(job, new KeyBusyError(name, job.id, null))) };
     const expiry = job.signal ? null : expiryTimer(job);
     const external = anySignal(job.signal, expiry?.signal, stopped);
     let acquired = false;
@@ -138,7 +145,7 @@ export async function workWithLock<T = object>(
     } catch (err) {
       let error = err;
       if (!acquired && (err as PgfenceError | null)?.code === 'PGFENCE_LOCK_TIMEOUT') {
-        error = new KeyBusyError(name, job.id, (err as { timeoutMs: number }).timeoutMs, { cause: err });
+        error = bounced(job, new KeyBusyError(name, job.id, (err as { timeoutMs: number }).timeoutMs, { cause: err }));
       }
       if ((error as PgfenceError | null)?.code === 'PGFENCE_KEY_BUSY') busy.bounced = true;
       return { ok: false, error: jsonError(error) };

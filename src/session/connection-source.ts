@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { connectionConfig } from './connection-config.js';
 import type { Logger } from '../observe/logger.js';
 import { PooledConnectionError } from '../errors.js';
 import { clientLike, detectPinning, type Pinning } from './pooler-detection.js';
@@ -50,7 +51,8 @@ export class ConnectionSource {
       this.ownsPool = false;
     } else {
       this.pool = new pg.Pool({
-        connectionString: opts.connectionString,
+        // A URL or libpq keyword/value settings; a bad one throws here, before any I/O.
+        ...connectionConfig(opts.connectionString),
         application_name: 'pgfence',
         max: opts.poolSize,
         connectionTimeoutMillis: opts.connectTimeoutMs,
@@ -63,7 +65,7 @@ export class ConnectionSource {
     }
     if (opts.directConnectionString !== undefined) {
       this.pinPool = new pg.Pool({
-        connectionString: opts.directConnectionString,
+        ...connectionConfig(opts.directConnectionString),
         application_name: 'pgfence',
         max: opts.poolSize,
         connectionTimeoutMillis: opts.connectTimeoutMs,
