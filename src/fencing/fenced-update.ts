@@ -1,6 +1,6 @@
 import { InvalidArgumentError, StaleTokenError } from '../errors.js';
 import { describeType } from '../keys.js';
-import { optionsObject } from '../options.js';
+import { optionKeys, optionsObject } from '../options.js';
 import { quoteColumn, quoteTable } from './identifiers.js';
 
 export interface FencedUpdateSpec {
@@ -15,6 +15,7 @@ export interface FencedUpdateSpec {
   /** The fencing column; default 'fencing_token'. */
   column?: string;
 }
+export const FENCED_UPDATE_SPEC_KEYS = optionKeys<FencedUpdateSpec>({ table: true, set: true, where: true, token: true, column: true });
 
 export interface FencedUpdateResult {
   applied: boolean;
@@ -33,7 +34,7 @@ export const DEFAULT_FENCING_COLUMN = 'fencing_token';
  * value is a parameter.
  */
 export function fencedUpdateQuery(spec: FencedUpdateSpec): { text: string; values: unknown[] } {
-  const s = optionsObject<FencedUpdateSpec>(spec, 'fencedUpdate spec');
+  const s = optionsObject<FencedUpdateSpec>(spec, 'fencedUpdate spec', FENCED_UPDATE_SPEC_KEYS);
   const table = quoteTable(s.table);
   const column = quoteColumn(s.column ?? DEFAULT_FENCING_COLUMN, 'column');
   const token = checkToken(s.token);
