@@ -256,12 +256,13 @@ class PgLocker extends EventEmitter implements Locker {
     }
     const o = optionsObject<AcquireOptions>(opts, 'acquireAll options', ACQUIRE_OPTION_KEYS);
     if (o.fencing) throw new InvalidArgumentError('fencing', 'acquireAll does not issue fencing tokens; fence each resource with its own lock');
-    const first = this.request(names[0], o, 'acquireAll');
+    // Every name is checked before request() notes the first one for the name registry (a write).
     const targets = new Map<bigint, LockTarget>();
     for (const [i, n] of names.entries()) {
       const t = resolveLock(n, this.opts.namespace, `names[${i}]`);
       targets.set(t.key, t);
     }
+    const first = this.request(names[0], o, 'acquireAll');
     // One canonical order (ascending key) for every caller: two acquireAll calls can never wait on each other in a cycle.
     const ordered = [...targets.values()].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
     const deadline = first.timeoutMs === Infinity ? Infinity : performance.now() + first.timeoutMs;
