@@ -1,3 +1,5 @@
+import { spawn } from 'node:child_process';
+import { createInterface } from 'node:readline';
 import { beforeAll, describe, expect, it } from 'vitest';
 import {
   createLocker,
@@ -166,5 +168,31 @@ describe('a lease handle read after a pause', () => {
     expect(lost).toEqual(['lease-expired']);
     expect(await handle.release()).toBe(false);
     expect(locker.stats().held).toBe(0);
+  });
+});
+
+describe('a leader process paused past its lease (SIGSTOP, then SIGCONT)', () => {
+  it('its first application timer after the pause reads isLeader false and an aborted lease signal', async () => {
+    const ttlMs = 1000;
+    const child = spawn(process.execPath, [new URL('./fixtures/paused-leader.mjs', import.meta.url).pathname, db.url, 'leader:sigstop', String(ttlMs)], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    const lines = createInterface({ input: child.stdout! })[Symbol.asyncIterator]();
+    try {
+      const { elected } = JSON.parse((await lines.next()).value as string) as { elected: string };
+      child.kill('SIGSTOP');
+      // A newer term and a newer lease holder: the paused process's term and lease are over.
+      const locker = track(createLocker({ connectionString: db.url }));
+      const next = await locker.leader('leader:sigstop', { ttlMs }).whenElected();
+      expect(next).toBeGreaterThan(BigInt(elected));
+      const lease = await locker.lease('leader:sigstop:lease', { timeoutMs: 20_000 });
+      child.kill('SIGCONT');
+      const seen = JSON.parse((await lines.next()).value as string) as { gapMs: number; isLeader: boolean; epoch: string; leaseAborted: boolean };
+      expect(seen.gapMs).toBeGreaterThanOrEqual(300);
+      expect(seen).toMatchObject({ isLeader: false, epoch: 'null', leaseAborted: true });
+      await lease.release();
+    } finally {
+      child.kill('SIGKILL');
+    }
   });
 });
