@@ -1,4 +1,5 @@
 import {
+  LockerClosedError,
   LockLostError,
   LockTimeoutError,
   LockUnavailableError,
@@ -26,6 +27,8 @@ export interface AcquireRequest {
   ttlMs: number | undefined;
   /** Issue a fencing token with the grant (exclusive only). */
   fencing: boolean;
+  /** How events and metrics report it: 'leader' for a leader election's session guard; default 'lock'. */
+  kind?: 'lock' | 'leader';
 }
 
 /** Wake-up polls back a waiter up when a release went unannounced (a holder's session died, a non-pgfence holder). */
@@ -134,7 +137,7 @@ export class AdvisoryLockManager {
 
   /** Resolves with a handle, or null when timeoutMs ran out and `nullOnTimeout` (tryAcquire). */
   acquire(request: AcquireRequest, nullOnTimeout: boolean): Promise<AdvisoryLockHandle | null> {
-    if (this.closed) return Promise.reject(new LockUnavailableError('the locker is closed'));
+    if (this.closed) return Promise.reject(new LockerClosedError());
     if (request.signal?.aborted) return Promise.reject(request.signal.reason);
     const state = this.stateOf(request.target.key);
     return new Promise<AdvisoryLockHandle | null>((resolve, reject) => {
@@ -214,7 +217,7 @@ export class AdvisoryLockManager {
     if (this.blocking) void this.sessions.cancel(this.blocking.session);
     const unlocks: Promise<boolean>[] = [];
     for (const state of this.states.values()) {
-      for (const w of [...state.queue]) if (this.settle(state, w)) w.reject(new LockUnavailableError('the locker was closed'));
+      for (const w of [...state.queue]) if (this.settle(state, w)) w.reject(new LockerClosedError('the locker was closed'));
       for (const h of [...state.holders]) unlocks.push(h.release());
     }
     await Promise.all(unlocks);
@@ -281,7 +284,7 @@ export class AdvisoryLockManager {
     try {
       session = this.sessions.sessionFor(state.key);
     } catch (err) {
-      if (this.settle(state, head)) head.reject(new LockUnavailableError('the locker is closed', { cause: err }));
+      if (this.settle(state, head)) head.reject(new LockerClosedError('the locker is closed', { cause: err }));
       return;
     }
     const shared = head.request.mode === 'shared';
@@ -447,7 +450,7 @@ export class AdvisoryLockManager {
 
   private grant(state: KeyState, waiter: Waiter, session: Session, token: bigint | null): void {
     const { target, mode, ttlMs } = waiter.request;
-    const handle = new AdvisoryLockHandle(this, target.name, target.key, mode, token, session.id);
+    const handle = new AdvisoryLockHandle(this, target.name, target.key, mode, token, session.id, waiter.request.kind);
     state.holders.add(handle);
     this.heldCount++;
     const waitMs = performance.now() - waiter.startedAt;
@@ -517,7 +520,9 @@ export class AdvisoryLockManager {
     if (abortReason !== null) {
       if (this.settle(state, waiter)) waiter.reject(abortReason);
     } else if (this.unreachable(state)) {
-      const err = new LockUnavailableError(`could not connect to PostgreSQL within ${waiter.request.timeoutMs} ms`);
+      const err = new LockUnavailableError(`could not connect to PostgreSQL within ${waiter.request.timeoutMs} ms`, {
+        cause: this.connectingCause(waiter),
+      });
       if (this.settle(state, waiter)) waiter.reject(err);
     } else {
       const waitMs = performance.now() - waiter.startedAt;
@@ -525,6 +530,17 @@ export class AdvisoryLockManager {
       if (this.settle(state, waiter)) this.finish(waiter, null);
     }
     this.pump(state);
+  }
+
+  /**
+   * Why a wait ended unconnected: the server has not answered the connection attempt yet (a failed
+   * attempt rejects at once, with its own error; this one goes on until the connect timeout, deadlineMs).
+   */
+  private connectingCause(waiter: Waiter): Error {
+    return new Error(
+      `no answer to the connection attempt after ${Math.round(performance.now() - waiter.startedAt)} ms ` +
+        `(the server or the network is slow or down; the attempt itself gives up after ${this.deadlineMs} ms)`,
+    );
   }
 
   /** True while the key's session has never connected: a timeout then means "unreachable", not "busy". */
@@ -601,7 +617,7 @@ export class AdvisoryLockManager {
 }
 
 function info(request: AcquireRequest) {
-  return { kind: 'lock' as const, name: request.target.name, key: request.target.key, mode: request.mode };
+  return { kind: request.kind ?? 'lock', name: request.target.name, key: request.target.key, mode: request.mode };
 }
 
 /** A session advisory lock held by this locker. */
@@ -615,8 +631,9 @@ export class AdvisoryLockHandle extends BaseHandle {
     mode: LockMode,
     token: bigint | null,
     /** @internal the session id the lock lives on */ readonly sessionId: number,
+    kind: 'lock' | 'leader' = 'lock',
   ) {
-    super('lock', name, key, mode, token);
+    super(kind, name, key, mode, token);
   }
 
   protected doRelease(): Promise<boolean> {
