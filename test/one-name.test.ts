@@ -1,0 +1,262 @@
+// A name is one lock whatever its kind: with pgfence's schema present, a session advisory lock (either
+// mode) and a lease of the same name exclude each other, in the library and through `pgfence run`.
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLocker, LockTimeoutError, lockKey, type LockHandle, type Locker } from '../src/index.js';
+import { releaseLeaseSql } from '../src/lease/lease-sql.js';
+import { eventually, sleep, track, useMigratedDatabase, useTestDatabase } from './support/db.js';
+
+let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
+let pool: pg.Pool;
+const open = (opts: { maxSessions?: number } = {}): Locker => track(createLocker({ connectionString: db.url, ...opts }));
+
+/** Is the lease of `name` live now (database clock)? */
+const leaseLive = async (name: string): Promise<boolean> =>
+  (
+    await pool.query<{ live: boolean }>(
+      `SELECT coalesce((SELECT released_at IS NULL AND expires_at > clock_timestamp() FROM pgfence.leases WHERE key = $1), false) AS live`,
+      [lockKey(name)],
+    )
+  ).rows[0]!.live;
+
+/** Backends waiting in PostgreSQL's queue for the session lock of `name`. */
+const queuedFor = async (name: string): Promise<number> =>
+  (
+    await pool.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND NOT granted
+          AND ((classid::int8 << 32) | objid::int8) = $1`,
+      [lockKey(name)],
+    )
+  ).rows[0]!.n;
+
+/** Waiter markers (objsubid 2) announced for `name` by any session. */
+const markersFor = async (name: string): Promise<number> => {
+  const key = lockKey(name);
+  const hi = Number(BigInt.asIntN(32, key >> 32n));
+  const lo = Number(BigInt.asIntN(32, key));
+  return (
+    await pool.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND granted
+          AND classid = ($1::int4)::oid AND objid = ($2::int4)::oid`,
+      [hi, lo],
+    )
+  ).rows[0]!.n;
+};
+
+beforeAll(async () => {
+  db = await useMigratedDatabase('one_name');
+  pool = new pg.Pool({ connectionString: db.url, max: 4 });
+});
+afterAll(async () => {
+  await pool.end();
+});
+
+describe('a session lock and a lease of one name', () => {
+  it('a held lease keeps session locks out, exclusive and shared; after its release a waiting acquire gets in', async () => {
+    const leaser = open();
+    const locker = open();
+    const lease = await leaser.lease('one:lease-first', { ttlMs: 30_000 });
+    for (const mode of ['exclusive', 'shared'] as const) {
+      expect(await locker.tryAcquire('one:lease-first', { mode })).toBeNull();
+      await expect(locker.acquire('one:lease-first', { mode, timeoutMs: 300 })).rejects.toBeInstanceOf(LockTimeoutError);
+    }
+    expect(locker.stats().held).toBe(0);
+    const waiting = locker.acquire('one:lease-first', { timeoutMs: 30_000 });
+    await eventually(() => locker.stats().waiting === 1, 15_000, 'the acquire to wait');
+    expect(await lease.release()).toBe(true);
+    const handle = await waiting;
+    expect(await leaseLive('one:lease-first')).toBe(false);
+    await handle.release();
+  });
+
+  it('a held session lock keeps leases out, exclusive and shared; after its release a waiting lease gets in', async () => {
+    const locker = open();
+    const leaser = open();
+    for (const mode of ['exclusive', 'shared'] as const) {
+      const name = `one:lock-first:${mode}`;
+      const held = await locker.acquire(name, { mode });
+      expect(await leaser.tryLease(name)).toBeNull();
+      await expect(leaser.lease(name, { timeoutMs: 300 })).rejects.toBeInstanceOf(LockTimeoutError);
+      expect(await leaseLive(name)).toBe(false);
+      const waiting = leaser.lease(name, { timeoutMs: 30_000 });
+      await eventually(() => leaser.stats().waiting === 1, 15_000, 'the lease to wait');
+      expect(await held.release()).toBe(true);
+      const lease = await waiting;
+      expect(await locker.tryAcquire(name, { mode })).toBeNull();
+      await lease.release();
+      const again = await locker.tryAcquire(name, { mode });
+      expect(again).not.toBeNull();
+      await again!.release();
+    }
+  });
+
+  it('a blocked waiter granted by PostgreSQL while a lease was taken in between stays out until the lease expires', async () => {
+    const name = 'one:in-between-expiry';
+    const key = lockKey(name);
+    const raw = new pg.Client({ connectionString: db.url });
+    await raw.connect();
+    try {
+      // A lease being taken: its transaction holds the key while the waiter queues behind it.
+      await raw.query('BEGIN');
+      await raw.query('SELECT pg_advisory_xact_lock($1)', [key]);
+      const locker = open();
+      const waiting = locker.acquire(name, { timeoutMs: 30_000 });
+      await eventually(async () => (await queuedFor(name)) === 1, 15_000, 'the waiter to queue in PostgreSQL');
+      await raw.query(`SELECT * FROM pgfence.lease_acquire($1, $2, 'raw', 1500, NULL)`, [key, name]);
+      await raw.query('COMMIT');
+      const handle = await waiting;
+      // Granted only once the lease is no longer live (it expired: nobody renewed it).
+      expect(await leaseLive(name)).toBe(false);
+      await handle.release();
+    } finally {
+      await raw.end();
+    }
+  });
+
+  it('a blocked waiter granted by PostgreSQL while a lease was taken in between gets in at the lease\'s release (NOTIFY)', async () => {
+    const name = 'one:in-between-release';
+    const key = lockKey(name);
+    const raw = new pg.Client({ connectionString: db.url });
+    await raw.connect();
+    try {
+      await raw.query('BEGIN');
+      await raw.query('SELECT pg_advisory_xact_lock($1)', [key]);
+      const locker = open();
+      const waiting = locker.acquire(name, { timeoutMs: 30_000 });
+      let granted = false;
+      void waiting.then(() => (granted = true), () => {});
+      await eventually(async () => (await queuedFor(name)) === 1, 15_000, 'the waiter to queue in PostgreSQL');
+      const { rows } = await raw.query<{ token: string }>(
+        `SELECT token::text FROM pgfence.lease_acquire($1, $2, 'raw', 60000, NULL)`,
+        [key, name],
+      );
+      await raw.query('COMMIT');
+      // The waiter gave the key back and now waits announced (a marker), not in PostgreSQL's queue.
+      await eventually(async () => (await markersFor(name)) === 1 && (await queuedFor(name)) === 0, 15_000, 'the waiter to announce itself');
+      expect(granted).toBe(false);
+      expect(locker.stats().waiting).toBe(1);
+      const released = await pool.query<{ released: boolean }>(releaseLeaseSql, [key, rows[0]!.token]);
+      expect(released.rows[0]!.released).toBe(true);
+      const handle = await waiting;
+      expect(await leaseLive(name)).toBe(false);
+      await handle.release();
+    } finally {
+      await raw.end();
+    }
+  });
+
+  it('many session lockers (both modes) and lease takers on one name: no overlap, an unsynchronised counter ends exact', async () => {
+    const name = 'one:race';
+    await pool.query(`CREATE TABLE sections (id serial PRIMARY KEY, kind text NOT NULL, started timestamptz NOT NULL, ended timestamptz)`);
+    const lockers = [open({ maxSessions: 2 }), open({ maxSessions: 1 }), open({ maxSessions: 2 })];
+    const kinds = ['exclusive', 'shared', 'lease'] as const;
+    let counter = 0;
+    let writes = 0;
+    let writersInside = 0;
+    let sharedInside = 0;
+    let violations = 0;
+    const section = async (kind: (typeof kinds)[number], handle: LockHandle) => {
+      try {
+        if (kind === 'shared') sharedInside++;
+        else writersInside++;
+        if (writersInside > 1 || (writersInside > 0 && sharedInside > 0)) violations++;
+        const { rows } = await pool.query<{ id: number }>(`INSERT INTO sections (kind, started) VALUES ($1, clock_timestamp()) RETURNING id`, [kind]);
+        if (kind !== 'shared') {
+          const seen = counter; // read, yield, write back: lost updates show any overlap
+          await sleep(1);
+          counter = seen + 1;
+          writes++;
+        }
+        await pool.query(`UPDATE sections SET ended = clock_timestamp() WHERE id = $1`, [rows[0]!.id]);
+      } finally {
+        if (kind === 'shared') sharedInside--;
+        else writersInside--;
+        await handle.release();
+      }
+    };
+    const worker = async (locker: Locker, w: number) => {
+      for (let i = 0; i < 8; i++) {
+        const kind = kinds[(w + i) % kinds.length]!;
+        const handle =
+          kind === 'lease'
+            ? await locker.lease(name, { timeoutMs: 60_000, ttlMs: 10_000 })
+            : await locker.acquire(name, { mode: kind, timeoutMs: 60_000 });
+        await section(kind, handle);
+      }
+    };
+    await Promise.all(lockers.flatMap((locker, l) => [0, 1, 2, 3].map((w) => worker(locker, l * 4 + w))));
+    expect(violations).toBe(0);
+    expect(counter).toBe(writes);
+    const { rows } = await pool.query<{ n: number; total: number; kinds: number }>(
+      `SELECT (SELECT count(*)::int FROM sections a JOIN sections b ON a.id < b.id
+                WHERE (a.kind <> 'shared' OR b.kind <> 'shared') AND a.started < b.ended AND b.started < a.ended) AS n,
+              (SELECT count(*)::int FROM sections WHERE ended IS NOT NULL) AS total,
+              (SELECT count(DISTINCT kind)::int FROM sections) AS kinds`,
+    );
+    expect(rows[0]).toEqual({ n: 0, total: 96, kinds: 3 });
+  });
+});
+
+describe("without pgfence's schema", () => {
+  it('session locks behave as before: try, shared, and a blocked waiter gets the key at release', async () => {
+    const bare = await useTestDatabase('one_name_bare');
+    const a = track(createLocker({ connectionString: bare.url }));
+    const b = track(createLocker({ connectionString: bare.url }));
+    const held = await a.acquire('bare:x');
+    expect(await b.tryAcquire('bare:x')).toBeNull();
+    const waiting = b.acquire('bare:x', { timeoutMs: 30_000 });
+    await eventually(() => b.stats().waiting === 1, 15_000, 'the acquire to wait');
+    await held.release();
+    await (await waiting).release();
+    const s1 = await a.acquire('bare:y', { mode: 'shared' });
+    const s2 = await b.acquire('bare:y', { mode: 'shared', timeoutMs: 0 });
+    await s1.release();
+    await s2.release();
+    await expect(a.tryLease('bare:z')).rejects.toMatchObject({ code: 'PGFENCE_NOT_MIGRATED' });
+  });
+});
+
+describe('pgfence run and pgfence run --lease', () => {
+  const MAIN = fileURLToPath(new URL('../dist/cli/main.js', import.meta.url));
+  const CHILD = fileURLToPath(new URL('./fixtures/cli/child.mjs', import.meta.url));
+  let dir: string;
+  beforeAll(() => {
+    dir = mkdtempSync(join(tmpdir(), 'pgfence-one-name-'));
+  });
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  const pgfence = (args: string[]) =>
+    new Promise<{ code: number | null; stderr: string }>((resolve) => {
+      const proc = spawn(process.execPath, [MAIN, ...args], { env: { ...process.env, DATABASE_URL: db.url }, stdio: ['ignore', 'ignore', 'pipe'] });
+      let stderr = '';
+      proc.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+      proc.on('close', (code) => resolve({ code, stderr }));
+    });
+  const file = (f: string) => join(dir, f);
+  const read = (f: string) => (existsSync(file(f)) ? readFileSync(file(f), 'utf8') : '');
+  const interval = (f: string) => ({ start: Number(/start (\d+)/.exec(read(f))![1]), end: Number(/end (\d+)/.exec(read(f))![1]) });
+
+  for (const [first, second] of [
+    [[], ['--lease']],
+    [['--lease'], []],
+  ] as const) {
+    const label = `${first.length ? 'lease' : 'lock'}-then-${second.length ? 'lease' : 'lock'}`;
+    it(`exclude each other: ${first.length ? '--lease' : 'a session lock'} first, then ${second.length ? '--lease' : 'a session lock'}`, async () => {
+      const name = `one:cli:${label}`;
+      const holder = pgfence(['run', name, ...first, '--', process.execPath, CHILD, 'interval', file(`${label}-a`), '1500']);
+      await eventually(() => read(`${label}-a`).includes('start'), 20_000, 'the first child to start');
+      const busy = await pgfence(['run', name, ...second, '--wait', '0', '--', process.execPath, CHILD, 'interval', file(`${label}-busy`), '10']);
+      expect(busy.code).toBe(75);
+      expect(existsSync(file(`${label}-busy`))).toBe(false);
+      const waited = pgfence(['run', name, ...second, '--wait', '60s', '--', process.execPath, CHILD, 'interval', file(`${label}-b`), '10']);
+      expect((await holder).code).toBe(0);
+      expect((await waited).code).toBe(0);
+      expect(interval(`${label}-b`).start).toBeGreaterThanOrEqual(interval(`${label}-a`).end);
+    });
+  }
+});
