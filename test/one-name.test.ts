@@ -15,24 +15,38 @@ let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
 let pool: pg.Pool;
 const open = (opts: { maxSessions?: number } = {}): Locker => track(createLocker({ connectionString: db.url, ...opts }));
 
+/** A statement on this file's database, or on `url`'s. */
+const query = async <R extends pg.QueryResultRow>(text: string, values: unknown[], url?: string): Promise<R[]> => {
+  if (url === undefined || url === db.url) return (await pool.query<R>(text, values)).rows;
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    return (await c.query<R>(text, values)).rows;
+  } finally {
+    await c.end();
+  }
+};
+
 /** Is the lease of `name` live now (database clock)? */
-const leaseLive = async (name: string): Promise<boolean> =>
+const leaseLive = async (name: string, url?: string): Promise<boolean> =>
   (
-    await pool.query<{ live: boolean }>(
+    await query<{ live: boolean }>(
       `SELECT coalesce((SELECT released_at IS NULL AND expires_at > clock_timestamp() FROM pgfence.leases WHERE key = $1), false) AS live`,
       [lockKey(name)],
+      url,
     )
-  ).rows[0]!.live;
+  )[0]!.live;
 
 /** Backends waiting in PostgreSQL's queue for the session lock of `name`. */
-const queuedFor = async (name: string): Promise<number> =>
+const queuedFor = async (name: string, url?: string): Promise<number> =>
   (
-    await pool.query<{ n: number }>(
+    await query<{ n: number }>(
       `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND NOT granted
           AND ((classid::int8 << 32) | objid::int8) = $1`,
       [lockKey(name)],
+      url,
     )
-  ).rows[0]!.n;
+  )[0]!.n;
 
 /** Waiter markers (objsubid 2) announced for `name` by any session. */
 const markersFor = async (name: string): Promise<number> => {
@@ -95,27 +109,44 @@ describe('a session lock and a lease of one name', () => {
     }
   });
 
-  it('a blocked waiter granted by PostgreSQL while a lease was taken in between stays out until the lease expires', async () => {
-    const name = 'one:in-between-expiry';
+  /**
+   * A lease taken while a session lock waiter is queued in PostgreSQL: the lease's transaction holds the
+   * key, the waiter queues behind it, the lease commits and PostgreSQL grants the waiter the key. The
+   * waiter's statement began before the lease committed: its check must not use that statement's snapshot.
+   */
+  const grantedInBetween = async (url: string, name: string, mode: 'exclusive' | 'shared' = 'exclusive') => {
     const key = lockKey(name);
-    const raw = new pg.Client({ connectionString: db.url });
+    const raw = new pg.Client({ connectionString: url });
     await raw.connect();
     try {
-      // A lease being taken: its transaction holds the key while the waiter queues behind it.
       await raw.query('BEGIN');
       await raw.query('SELECT pg_advisory_xact_lock($1)', [key]);
-      const locker = open();
-      const waiting = locker.acquire(name, { timeoutMs: 30_000 });
-      await eventually(async () => (await queuedFor(name)) === 1, 15_000, 'the waiter to queue in PostgreSQL');
+      const locker = track(createLocker({ connectionString: url }));
+      const waiting = locker.acquire(name, { mode, timeoutMs: 30_000 });
+      await eventually(async () => (await queuedFor(name, url)) === 1, 15_000, 'the waiter to queue in PostgreSQL');
       await raw.query(`SELECT * FROM pgfence.lease_acquire($1, $2, 'raw', 1500, NULL)`, [key, name]);
       await raw.query('COMMIT');
       const handle = await waiting;
       // Granted only once the lease is no longer live (it expired: nobody renewed it).
-      expect(await leaseLive(name)).toBe(false);
+      expect(await leaseLive(name, url)).toBe(false);
       await handle.release();
     } finally {
       await raw.end();
     }
+  };
+
+  it('a blocked waiter granted by PostgreSQL while a lease was taken in between stays out until the lease expires', async () => {
+    await grantedInBetween(db.url, 'one:in-between-expiry');
+    await grantedInBetween(db.url, 'one:in-between-expiry-shared', 'shared');
+  });
+
+  it('... also where the server runs REPEATABLE READ by default (the sessions use READ COMMITTED)', async () => {
+    const rr = await useMigratedDatabase('one_name_rr');
+    const admin = new pg.Client({ connectionString: rr.url });
+    await admin.connect();
+    await admin.query(`ALTER DATABASE ${rr.name} SET default_transaction_isolation = 'repeatable read'`);
+    await admin.end();
+    await grantedInBetween(rr.url, 'one:in-between-rr');
   });
 
   it('a blocked waiter granted by PostgreSQL while a lease was taken in between gets in at the lease\'s release (NOTIFY)', async () => {
