@@ -252,6 +252,39 @@ describe("without pgfence's schema", () => {
   });
 });
 
+describe('a schema migrated while a locker runs', () => {
+  it("is found by the locker's sessions within keepaliveMs, busy or idle: then leases keep its locks out", async () => {
+    const late = await useTestDatabase('one_name_late');
+    const locker = track(createLocker({ connectionString: late.url, keepaliveMs: 200, maxSessions: 1 }));
+    // The session connects without the schema, and keeps busy (never idle long enough for a probe).
+    const first = await locker.acquire('late:x');
+    await first.release();
+    let busy = true;
+    const churn = (async () => {
+      while (busy) await (await locker.acquire('late:churn')).release();
+    })();
+    try {
+      const { migrate } = await import('../src/migrate/index.js');
+      await migrate({ connectionString: late.url });
+      const leaser = track(createLocker({ connectionString: late.url }));
+      const lease = await leaser.lease('late:x');
+      await eventually(
+        async () => {
+          const h = await locker.tryAcquire('late:x');
+          await h?.release();
+          return h === null;
+        },
+        15_000,
+        'the locker to give way to the lease',
+      );
+      await lease.release();
+    } finally {
+      busy = false;
+      await churn;
+    }
+  });
+});
+
 describe('pgfence run and pgfence run --lease', () => {
   const MAIN = fileURLToPath(new URL('../dist/cli/main.js', import.meta.url));
   const CHILD = fileURLToPath(new URL('./fixtures/cli/child.mjs', import.meta.url));

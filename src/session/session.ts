@@ -62,10 +62,12 @@ export class Session {
   deathCause: Error | null = null;
   /**
    * pgfence's schema is present: its lock tries give way to live leases of the same key (a name is one
-   * lock whatever its kind). Found out once, by the first statement after connecting; a session
-   * without it looks again with each keepalive probe (the schema may be migrated in meanwhile).
+   * lock whatever its kind). Found out by the first statement after connecting; a session without it
+   * looks again every keepaliveMs (the schema may be migrated meanwhile), never per acquire.
    */
   guarded = false;
+  /** performance.now() when the session last looked for the schema. */
+  private lookedAt = 0;
   private conn: PinnedConnection | null = null;
   private pending: PendingOp[] = [];
   private inFlight: PendingOp[] | null = null;
@@ -173,6 +175,7 @@ export class Session {
       this.state = 'ready';
       this.everReady = true;
       // The first statement finds out whether the schema is there, before any lock statement is sent.
+      this.lookedAt = performance.now();
       this.pending.unshift(this.setupOp());
       this.scheduleFlush();
       this.lastActivity = performance.now();
@@ -201,6 +204,14 @@ export class Session {
     };
   }
 
+  /** An unguarded session looks for the schema again, first thing (in place of a due keepalive probe). */
+  private lookAgain(): void {
+    this.lookedAt = performance.now();
+    const head = this.pending[0]!;
+    if (head.code === PROBE && !head.statement) this.pending.shift();
+    this.pending.unshift(this.setupOp());
+  }
+
   /** The lock statements of this session's flavour. */
   private get sql(): LockStatements {
     return this.guarded ? guardedLockSql : plainLockSql;
@@ -208,6 +219,7 @@ export class Session {
 
   private flush(): void {
     if (this.state !== 'ready' || this.inFlight || this.pending.length === 0 || !this.conn) return;
+    if (!this.guarded && performance.now() - this.lookedAt >= this.opts.keepaliveMs) this.lookAgain();
     const batch = this.takeBatch();
     this.inFlight = batch;
     this.sentAt = performance.now();
@@ -303,8 +315,7 @@ export class Session {
     const client = this.conn!.client;
     const sql = this.sql;
     if (ops.length === 0) {
-      if (this.guarded) await client.query(probeSql);
-      else this.guarded = (await client.query<{ guarded: boolean }>(sessionSetupSql)).rows[0]?.guarded === true;
+      await client.query(probeSql);
     } else if (ops[0]!.fenced) {
       const single = ops.length === 1 ? sql.fencedSingle[ops[0]!.code] : undefined;
       const res = single
