@@ -62,6 +62,22 @@ const markersFor = async (name: string): Promise<number> => {
   ).rows[0]!.n;
 };
 
+/** How many statements every pg client of this process sends while `fn` runs. */
+async function countingStatements(fn: () => Promise<unknown>): Promise<number> {
+  const query = pg.Client.prototype.query;
+  let sent = 0;
+  pg.Client.prototype.query = function counted(this: pg.Client, ...args: unknown[]) {
+    sent++;
+    return (query as (...a: unknown[]) => unknown).apply(this, args);
+  } as typeof query;
+  try {
+    await fn();
+  } finally {
+    pg.Client.prototype.query = query;
+  }
+  return sent;
+}
+
 beforeAll(async () => {
   db = await useMigratedDatabase('one_name');
   pool = new pg.Pool({ connectionString: db.url, max: 4 });
@@ -77,7 +93,11 @@ describe('a session lock and a lease of one name', () => {
     const lease = await leaser.lease('one:lease-first', { ttlMs: 30_000 });
     for (const mode of ['exclusive', 'shared'] as const) {
       expect(await locker.tryAcquire('one:lease-first', { mode })).toBeNull();
-      await expect(locker.acquire('one:lease-first', { mode, timeoutMs: 300 })).rejects.toBeInstanceOf(LockTimeoutError);
+      // The acquire waits without spinning (not on the waiter session, which PostgreSQL would grant at once).
+      const sent = await countingStatements(() =>
+        expect(locker.acquire('one:lease-first', { mode, timeoutMs: 500 })).rejects.toBeInstanceOf(LockTimeoutError),
+      );
+      expect(sent).toBeLessThan(30);
     }
     expect(locker.stats().held).toBe(0);
     const waiting = locker.acquire('one:lease-first', { timeoutMs: 30_000 });
@@ -95,7 +115,11 @@ describe('a session lock and a lease of one name', () => {
       const name = `one:lock-first:${mode}`;
       const held = await locker.acquire(name, { mode });
       expect(await leaser.tryLease(name)).toBeNull();
-      await expect(leaser.lease(name, { timeoutMs: 300 })).rejects.toBeInstanceOf(LockTimeoutError);
+      // The lease waits without spinning: it looks again at a release's NOTIFY or its backing-off poll.
+      const sent = await countingStatements(() =>
+        expect(leaser.lease(name, { timeoutMs: 500 })).rejects.toBeInstanceOf(LockTimeoutError),
+      );
+      expect(sent).toBeLessThan(30);
       expect(await leaseLive(name)).toBe(false);
       const waiting = leaser.lease(name, { timeoutMs: 30_000 });
       await eventually(() => leaser.stats().waiting === 1, 15_000, 'the lease to wait');
