@@ -108,6 +108,20 @@ describe('a session lock and a lease of one name', () => {
     await handle.release();
   });
 
+  it('tries sent together in one statement (a batch, fenced or not) each give way to their own lease', async () => {
+    const leaser = open();
+    const locker = open({ maxSessions: 1 });
+    const lease = await leaser.lease('one:batch:leased', { ttlMs: 30_000 });
+    for (const fencing of [false, true]) {
+      const names = ['one:batch:a', 'one:batch:leased', 'one:batch:b', 'one:batch:c'];
+      const handles = await Promise.all(names.map((n) => locker.tryAcquire(n, { fencing })));
+      expect(handles.map((h) => h !== null)).toEqual([true, false, true, true]);
+      if (fencing) for (const h of handles) if (h) expect(h.token).toBeGreaterThan(0n);
+      await Promise.all(handles.map((h) => h?.release()));
+    }
+    await lease.release();
+  });
+
   it('a held session lock keeps leases out, exclusive and shared; after its release a waiting lease gets in', async () => {
     const locker = open();
     const leaser = open();
