@@ -350,15 +350,22 @@ describe('pgfence run and pgfence run --lease', () => {
     const label = `${first.length ? 'lease' : 'lock'}-then-${second.length ? 'lease' : 'lock'}`;
     it(`exclude each other: ${first.length ? '--lease' : 'a session lock'} first, then ${second.length ? '--lease' : 'a session lock'}`, async () => {
       const name = `one:cli:${label}`;
-      const holder = pgfence(['run', name, ...first, '--', process.execPath, CHILD, 'interval', file(`${label}-a`), '1500']);
-      await eventually(() => read(`${label}-a`).includes('start'), 20_000, 'the first child to start');
+      const backends = async () =>
+        (await query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1`, [`pgfence run ${name}`]))[0]!.n;
+      // The first holds until its child is killed (no race with a slow start of the second under load).
+      const holder = pgfence(['run', name, ...first, '--', process.execPath, CHILD, 'hold', file(`${label}-ready`)]);
+      await eventually(() => existsSync(file(`${label}-ready`)), 20_000, 'the first child to start');
       const busy = await pgfence(['run', name, ...second, '--wait', '0', '--', process.execPath, CHILD, 'interval', file(`${label}-busy`), '10']);
       expect(busy.code).toBe(75);
       expect(existsSync(file(`${label}-busy`))).toBe(false);
+      const holderBackends = await backends();
       const waited = pgfence(['run', name, ...second, '--wait', '60s', '--', process.execPath, CHILD, 'interval', file(`${label}-b`), '10']);
-      expect((await holder).code).toBe(0);
+      await eventually(async () => (await backends()) > holderBackends, 20_000, 'the second to be trying');
+      const killedAt = Date.now();
+      process.kill(Number(read(`${label}-ready`)), 'SIGKILL');
+      expect((await holder).code).toBe(137);
       expect((await waited).code).toBe(0);
-      expect(interval(`${label}-b`).start).toBeGreaterThanOrEqual(interval(`${label}-a`).end);
+      expect(interval(`${label}-b`).start).toBeGreaterThanOrEqual(killedAt);
     });
   }
 });
