@@ -10,7 +10,7 @@ import {
 import type { LockTarget } from '../keys.js';
 import type { LockMode, Observer } from '../observe/observer.js';
 import { setLongTimeout } from '../options.js';
-import { blockingLockSql, Op, type OpCode } from '../session/advisory-sql.js';
+import { blockingLockSql, LEASE_HELD, Op, type OpCode } from '../session/advisory-sql.js';
 import type { ReleaseListener } from '../session/listener.js';
 import type { Session } from '../session/session.js';
 import type { SessionPool } from '../session/session-pool.js';
@@ -64,6 +64,11 @@ interface Waiter {
   yielded: boolean;
   /** A contention event was reported for it. */
   contended: boolean;
+  /**
+   * Its last try found a live lease of the name: it waits for the lease's release (announced) or expiry
+   * (polled), not on the waiter session, where PostgreSQL would grant it the key at once, again and again.
+   */
+  leased: boolean;
   settled: boolean;
   /** tryAcquire answers null on a timeout; acquire rejects with LockTimeoutError. */
   readonly nullOnTimeout: boolean;
@@ -147,6 +152,7 @@ export class AdvisoryLockManager {
         waiting: false,
         yielded: false,
         contended: false,
+        leased: false,
         settled: false,
         nullOnTimeout,
         resolve,
@@ -311,6 +317,7 @@ export class AdvisoryLockManager {
         return;
       }
       head.yielded = (result & 4) === 4;
+      head.leased = (result & LEASE_HELD) === LEASE_HELD;
       state.contendedUntil = performance.now() + CONTENDED_MS;
       this.onBusy(state, head, (result & 2) === 2);
     };
@@ -342,19 +349,22 @@ export class AdvisoryLockManager {
     if (!head.waiting) {
       head.waiting = true;
       this.contended(head);
-      if (this.canBlock()) return this.blockFor(state, head);
-      // Listen before announcing the wait, so that no announcement can be missed.
-      state.busy = true;
-      void this.listener.ensure().then(() => {
-        state.busy = false;
-        if (!head.settled) this.attempt(state, head);
-        else this.pump(state);
-      });
-      return;
+      if (this.canBlock() && !head.leased) return this.blockFor(state, head);
+      return this.announce(state, head);
     }
-    if (this.canBlock()) return this.blockFor(state, head);
+    if (this.canBlock() && !head.leased) return this.blockFor(state, head);
     if (state.wakePending) this.wake(state);
     else this.schedulePoll(state, registrationFailed ? REREGISTER_MS : undefined);
+  }
+
+  /** Listens, then tries again announcing the wait with a marker: no announcement can be missed. */
+  private announce(state: KeyState, head: Waiter): void {
+    state.busy = true;
+    void this.listener.ensure().then(() => {
+      state.busy = false;
+      if (!head.settled) this.attempt(state, head);
+      else this.pump(state);
+    });
   }
 
   /** The waiter session is free: open, not waiting, and holding nothing (a wait never blocks a release). */
@@ -383,14 +393,23 @@ export class AdvisoryLockManager {
     this.clearPoll(state);
     const lockTimeout = remaining === Infinity ? '0' : `${Math.max(1, Math.ceil(remaining))}ms`;
     session
-      .statement<{ token: string | null }>(blockingLockSql(mode === 'shared', fencing).text, [state.key, lockTimeout], {
-        deadlineMs: remaining + this.deadlineMs,
-      })
+      .statement<{ r: number; token: string | null }>(
+        (guarded) => blockingLockSql(mode === 'shared', fencing, guarded).text,
+        [state.key, lockTimeout],
+        { deadlineMs: remaining + this.deadlineMs },
+      )
       .then(
         (rows) => {
           this.blocking = null;
           state.busy = false;
           blocking.onEnd?.(); // a cancelled waiter settles now; the grant below then goes straight back
+          if (rows[0]?.r === LEASE_HELD) {
+            // Granted, but a lease of the name was taken meanwhile: the statement gave the key back.
+            head.leased = true;
+            if (!head.settled && !this.closed) this.announce(state, head);
+            else this.pump(state);
+            return;
+          }
           state.heldMode = mode;
           state.session = session;
           const token = rows[0]?.token;

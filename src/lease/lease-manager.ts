@@ -43,7 +43,8 @@ interface AcquireRow {
   owner: string;
   acquired_at: Date;
   expires_at: Date;
-  remaining_ms: number;
+  /** Null when a session lock holds the name: nobody knows for how long. */
+  remaining_ms: number | null;
 }
 
 /**
@@ -154,7 +155,7 @@ export class LeaseManager {
         (err instanceof PgfenceError ? err : new LockUnavailableError(`a lease statement failed: ${(err as Error)?.message}`, { cause: err }))
       );
     }
-    if (!row.granted) return { busy: true, retryInMs: row.remaining_ms + 1 };
+    if (!row.granted) return { busy: true, retryInMs: row.remaining_ms === null ? undefined : row.remaining_ms + 1 };
     const handle = new LeaseHandleImpl(this, request, BigInt(row.token), row.expires_at, sentAt);
     this.holding.add(handle);
     return { granted: handle };
