@@ -53,11 +53,24 @@ export class LockLostError extends PgfenceError {
 
 /** A lock was requested while a callback of the same locker already holds one. */
 export class NestedLockError extends PgfenceError {
-  constructor(lockName: string | null, key: bigint, heldName: string | null, heldKey: bigint) {
+  constructor(
+    lockName: string | null,
+    key: bigint,
+    heldName: string | null,
+    heldKey: bigint,
+    /** What was asked for ('lock' by default), and who holds the outer lock (default "a callback"). */
+    opts: { kind?: 'lock' | 'lease' | 'semaphore'; context?: string } = {},
+  ) {
+    const kind = opts.kind ?? 'lock';
+    const what = kind === 'semaphore' ? `a permit of semaphore ${describeLock(lockName, key)}` : `${kind} ${describeLock(lockName, key)}`;
+    // acquireAll takes session locks only: a permit or a lease is taken outside the callback instead.
+    const fix =
+      kind === 'lock'
+        ? 'take both with acquireAll(), or pass { allowNested: true } to the inner call if every caller takes them in this order'
+        : `pass { allowNested: true } to the inner call if every caller takes them in this order, or take the ${kind === 'semaphore' ? 'permit' : 'lease'} outside it`;
     super(
       'PGFENCE_NESTED_LOCK',
-      `lock ${describeLock(lockName, key)} was requested inside a callback that holds ${describeLock(heldName, heldKey)}; ` +
-        'nested locks can deadlock: take both with acquireAll(), or pass { allowNested: true } if the order is fixed',
+      `${what} was requested inside ${opts.context ?? 'a callback'}, which holds ${describeLock(heldName, heldKey)}; nested locks can deadlock: ${fix}`,
     );
   }
 }
@@ -114,6 +127,16 @@ export class InvalidArgumentError extends PgfenceError {
 export class LockUnavailableError extends PgfenceError {
   constructor(message: string, options?: { cause?: unknown }) {
     super('PGFENCE_UNAVAILABLE', message, options);
+  }
+}
+
+/**
+ * The locker was closed (or is closing): nothing can be acquired through it any more. Not an outage:
+ * the database may be fine, the caller's own locker is shut.
+ */
+export class LockerClosedError extends PgfenceError {
+  constructor(message = 'the locker is closed', options?: { cause?: unknown }) {
+    super('PGFENCE_CLOSED', message, options);
   }
 }
 

@@ -3,11 +3,12 @@ export type { AcquireOptions, LeaseOptions, Locker, LockerOptions } from './lock
 export type { Semaphore, SemaphoreAcquireOptions, SemaphoreOptions } from './advisory/semaphore.js';
 export type { LockHandle } from './advisory/handle.js';
 export { lockKey } from './keys.js';
-export type { LockName } from './keys.js';
+export type { LockKeyOptions, LockName } from './keys.js';
 export {
   DeadlockError,
   InvalidArgumentError,
   LockBudgetError,
+  LockerClosedError,
   LockLostError,
   LockTableFullError,
   LockTimeoutError,
@@ -41,7 +42,7 @@ export type { FencedClaimResult, FencedClaimSpec } from './fencing/fenced-claim.
 export { fencingColumnSql } from './fencing/fencing-column.js';
 export type { FencingColumnOptions } from './fencing/fencing-column.js';
 export type { LeaseHandle } from './lease/lease-manager.js';
-export type { DemotedEvent, ElectedEvent, LeaderElection } from './lease/leader.js';
+export type { DemotedEvent, ElectedEvent, LeaderElection, WhenElectedOptions } from './lease/leader.js';
 export { migrate } from './migrate/index.js';
 export type { MigrateOptions, MigrateResult } from './migrate/index.js';
 export type { LeaseEntry, LockEntry, LockReport } from './observe/inspect.js';

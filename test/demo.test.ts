@@ -113,7 +113,7 @@ describe('pgfence demo', () => {
     const frozen = /frozen holder +(W\d) with token (\d+)/.exec(out);
     expect(frozen, out).not.toBeNull();
     const [, frozenWorker, frozenToken] = frozen!;
-    const staleValue = num(out, new RegExp(`\\+\\d+\\.\\d+s {2}${frozenWorker} +checks lease\\.signal\\.aborted: false\\.[^]*?It writes counter = (\\d+) to both tables`));
+    const staleValue = num(out, new RegExp(`\\+\\d+\\.\\d+s {2}${frozenWorker} +finishes the work it was frozen in\\. It had checked lease\\.signal\\.aborted just before that work: false\\.[^]*?It writes counter = (\\d+) to both tables`));
     const grants = [...out.matchAll(/(W\d) +lease granted, token (\d+)/g)].map((m) => ({ worker: m[1]!, token: BigInt(m[2]!) }));
     const newest = grants.reduce((a, b) => (b.token > a.token ? b : a));
 

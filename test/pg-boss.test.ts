@@ -370,3 +370,52 @@ describe('workWithLock', () => {
     expect(new KeyBusyError('k', 'id', 0).code).toBe('PGFENCE_KEY_BUSY');
   });
 });
+
+describe('workWithLock: errors that say what to do', () => {
+  it('a permit taken inside a handler is a NestedLockError that names the handler and the fix; the fix works', async () => {
+    const queue = 'nested';
+    const boss = await startBoss();
+    await boss.createQueue(queue, { name: queue, retryLimit: 0 });
+    const locker = openLocker();
+    const sem = locker.semaphore('nested:pool', { permits: 2 });
+    let allowed = false;
+    await workWithLock<Job>(boss, locker, queue, { key: (job) => job.data.key, workOptions: fast }, async () =>
+      sem.withPermit(async () => 'inside', { allowNested: allowed }),
+    );
+    const [refused] = await sendAll(boss, queue, [{ key: 'nested:1', i: 0 }]);
+    await eventually(async () => (await jobOf(boss, queue, refused!)).state === 'failed', 15_000, 'the job to fail');
+    const { output } = await jobOf(boss, queue, refused!);
+    expect(output).toMatchObject({ name: 'NestedLockError', code: 'PGFENCE_NESTED_LOCK' });
+    expect(output!.message).toMatch(/^a permit of semaphore "nested:pool" .* was requested inside a workWithLock handler, which holds "nested:1"/);
+    expect(output!.message).toMatch(/pass \{ allowNested: true \} to the inner call .* or take the permit outside it/);
+
+    allowed = true;
+    const [ok] = await sendAll(boss, queue, [{ key: 'nested:1', i: 1 }]);
+    await eventually(async () => (await jobOf(boss, queue, ok!)).state === 'completed', 15_000, 'the job to complete');
+  });
+
+  it('a busy key on a job with no retry left says the job failed for good, not that it went back for a retry', async () => {
+    const queue = 'lastbounce';
+    const boss = await startBoss();
+    await boss.createQueue(queue, { name: queue, retryLimit: 0 });
+    const holder = openLocker();
+    const held = await holder.acquire('lastbounce:1');
+    await workWithLock<Job>(
+      boss,
+      openLocker(),
+      queue,
+      { key: (job) => job.data.key, waitMs: 50, workOptions: { ...fast, includeMetadata: true } },
+      async () => 'ran',
+    );
+    const [id] = await sendAll(boss, queue, [{ key: 'lastbounce:1', i: 0 }]);
+    await eventually(async () => (await jobOf(boss, queue, id!)).state === 'failed', 15_000, 'the job to fail');
+    const { output } = await jobOf(boss, queue, id!);
+    expect(output).toMatchObject({ code: 'PGFENCE_KEY_BUSY' });
+    expect(output!.message).toMatch(/failed for good: it had no retry left \(0 of 0 used\)/);
+    expect(output!.message).not.toMatch(/returned to pg-boss for a retry/);
+    await held.release();
+    // Without the job's retry counts (no includeMetadata) the message does not promise a retry either.
+    expect(new KeyBusyError('k', 'id', 50).message).toMatch(/retries it after retryDelay if the job has a retry left/);
+    expect(new KeyBusyError('k', 'id', 50, { retryCount: 1, retryLimit: 3 }).message).toMatch(/pg-boss retries it after retryDelay \(retry 2 of 3\)/);
+  });
+});

@@ -10,7 +10,7 @@ import {
   TransactionAbortedError,
 } from '../errors.js';
 import { nameToBytes, resolveLock, type LockName, type LockTarget } from '../keys.js';
-import { abortSignal, booleanOption, durationMs, oneOf, optionsObject, setLongTimeout } from '../options.js';
+import { abortSignal, booleanOption, durationMs, oneOf, optionKeys, optionsObject, setLongTimeout } from '../options.js';
 import { isConnectionError } from '../session/connection-source.js';
 import type { LockMode } from '../observe/observer.js';
 import { nextTokenSql, tryXactLockSql, undoWaitScript, waitXactLockScript } from './xact-sql.js';
@@ -25,6 +25,7 @@ export interface XactLockOptions {
   /** Prefix hashed together with the name, as the locker's namespace option. */
   namespace?: string;
 }
+export const XACT_LOCK_OPTION_KEYS = optionKeys<XactLockOptions>({ mode: true, timeoutMs: true, signal: true, fencing: true, namespace: true });
 
 export interface XactLockResult {
   key: bigint;
@@ -84,7 +85,7 @@ interface Prepared {
 }
 
 function prepare(exec: XactExecutor, name: LockName, opts: XactLockOptions | undefined, tryOnly: boolean): Prepared {
-  const o = optionsObject<XactLockOptions>(opts, tryOnly ? 'tryXactLock options' : 'xactLock options');
+  const o = optionsObject<XactLockOptions>(opts, tryOnly ? 'tryXactLock options' : 'xactLock options', XACT_LOCK_OPTION_KEYS);
   if (o.namespace !== undefined) nameToBytes('namespace', o.namespace);
   const target = resolveLock(name, o.namespace);
   const mode = oneOf(o.mode, 'mode', ['exclusive', 'shared'] as const, 'exclusive');

@@ -156,9 +156,9 @@ class Demo implements Narrator {
     if (!args.quiet && pause && record.writes.some((w) => w.stale)) {
       print(
         wrap(
-          `Why: ${pause.worker} checked its lease right before writing, and its check said all was well: a frozen process ` +
-            `cannot notice that time has passed. Only the database, comparing fencing tokens inside the UPDATE, ` +
-            `could tell that the write was stale.`,
+          `Why: ${pause.worker} checked its lease just before the work that produced its write, and its check said all ` +
+            `was well: the freeze came after the check, and no check can see a pause that has not happened yet. Only the ` +
+            `database, comparing fencing tokens inside the UPDATE, could tell that the write was stale.`,
           WIDTH,
           '',
           0,

@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from '../errors.js';
-import { optionsObject } from '../options.js';
+import { optionKeys, optionsObject } from '../options.js';
 import { guardedTarget, type GuardedCounts } from './fenced-update.js';
 
 export interface FencedClaimSpec {
@@ -12,6 +12,8 @@ export interface FencedClaimSpec {
   /** The fencing column; default 'fencing_token'. */
   column?: string;
 }
+
+export const FENCED_CLAIM_SPEC_KEYS = optionKeys<FencedClaimSpec>({ table: true, where: true, token: true, column: true });
 
 export interface FencedClaimResult<Row = Record<string, unknown>> {
   /** True when every row the `where` matched was claimed (at least one). */
@@ -36,11 +38,11 @@ const META = { written: '__pgfence_written', matched: '__pgfence_matched', curre
  * holder's claim takes them over. Inside a transaction the claimed rows stay locked until it ends.
  */
 export function fencedClaimQuery(spec: FencedClaimSpec): { text: string; values: unknown[] } {
-  const s = optionsObject<FencedClaimSpec & { set?: unknown }>(spec, 'fencedClaim spec');
-  const t = guardedTarget(s);
-  if (s.set !== undefined) {
+  if (typeof spec === 'object' && spec !== null && (spec as { set?: unknown }).set !== undefined) {
     throw new InvalidArgumentError('set', 'fencedClaim writes only the fencing token; write columns afterwards with fencedUpdate');
   }
+  const s = optionsObject<FencedClaimSpec>(spec, 'fencedClaim spec', FENCED_CLAIM_SPEC_KEYS);
+  const t = guardedTarget(s);
   // One row per claimed row (or one row of NULLs when none was), each carrying the counts. The CTEs'
   // names have a space: no table name that passes validation can be shadowed by them.
   const text = `WITH "pgfence claimed" AS (

@@ -1,6 +1,6 @@
 import { InvalidArgumentError, StaleTokenError } from '../errors.js';
 import { describeType } from '../keys.js';
-import { optionsObject } from '../options.js';
+import { optionKeys, optionsObject } from '../options.js';
 import { quoteColumn, quoteTable } from './identifiers.js';
 
 export interface FencedUpdateSpec {
@@ -15,6 +15,8 @@ export interface FencedUpdateSpec {
   /** The fencing column; default 'fencing_token'. */
   column?: string;
 }
+
+export const FENCED_UPDATE_SPEC_KEYS = optionKeys<FencedUpdateSpec>({ table: true, set: true, where: true, token: true, column: true });
 
 export interface FencedUpdateResult {
   /** True when every row the `where` matched was written (at least one). */
@@ -74,7 +76,7 @@ export function guardedTarget(s: { table?: unknown; where?: unknown; token?: unk
  * are validated and quoted; every value is a parameter.
  */
 export function fencedUpdateQuery(spec: FencedUpdateSpec): { text: string; values: unknown[] } {
-  const s = optionsObject<FencedUpdateSpec>(spec, 'fencedUpdate spec');
+  const s = optionsObject<FencedUpdateSpec>(spec, 'fencedUpdate spec', FENCED_UPDATE_SPEC_KEYS);
   const t = guardedTarget(s);
   const setEntries = entriesOf(s.set, 'set', true);
   const assignments = setEntries.map(([name, value]) => {

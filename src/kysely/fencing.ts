@@ -1,7 +1,7 @@
 import { CompiledQuery, sql, type Kysely, type UpdateQueryBuilder } from 'kysely';
 import { InvalidArgumentError } from '../errors.js';
 import { describeType } from '../keys.js';
-import { optionsObject } from '../options.js';
+import { optionKeys, optionsObject } from '../options.js';
 import {
   checkToken,
   DEFAULT_FENCING_COLUMN,
@@ -33,7 +33,7 @@ export function fenced<DB, UT extends keyof DB, TB extends keyof DB, O>(
     throw new InvalidArgumentError('builder', `expected a Kysely update query builder, got ${describeType(builder)}`);
   }
   checkToken(token);
-  const o = optionsObject<{ column?: string }>(opts, 'fenced options');
+  const o = optionsObject<{ column?: string }>(opts, 'fenced options', FENCED_OPTION_KEYS);
   const column = bareIdentifier(quoteColumn(o.column ?? DEFAULT_FENCING_COLUMN, 'column'));
   const ref = sql.ref(column);
   return (builder as UpdateQueryBuilder<DB, UT, TB, O>)
@@ -98,3 +98,5 @@ export async function addFencingColumn(db: AnyKysely, table: string, opts?: Fenc
   }
   await sql.raw(text).execute(db);
 }
+
+const FENCED_OPTION_KEYS = optionKeys<{ column?: string }>({ column: true });

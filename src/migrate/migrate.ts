@@ -2,6 +2,7 @@ import pg from 'pg';
 import { resolveConnectionString } from '../session/connection-config.js';
 import { InvalidArgumentError } from '../errors.js';
 import { describeType } from '../keys.js';
+import { optionKeys, optionsObject } from '../options.js';
 import { packageFolders } from './package-folders.js';
 import { runMigrations, type MigrateResult } from './runner.js';
 
@@ -11,6 +12,7 @@ export interface MigrateOptions {
   /** Or a pool of yours: one connection is checked out for the run and given back. */
   pool?: pg.Pool;
 }
+export const MIGRATE_OPTION_KEYS = optionKeys<MigrateOptions>({ connectionString: true, pool: true });
 
 /**
  * Brings pgfence's schema up to date: applies pending migrations/ in order and re-applies changed
@@ -37,7 +39,7 @@ export function validateMigrateOptions(opts: unknown): { connectionString: strin
   if (typeof opts !== 'object' || opts === null || Array.isArray(opts)) {
     throw new InvalidArgumentError('opts', `expected { connectionString } or { pool }, got ${describeType(opts)}`);
   }
-  const { connectionString, pool } = opts as { connectionString?: unknown; pool?: unknown };
+  const { connectionString, pool } = optionsObject<MigrateOptions>(opts, 'opts', MIGRATE_OPTION_KEYS) as { connectionString?: unknown; pool?: unknown };
   if (connectionString !== undefined) {
     if (typeof connectionString !== 'string') {
       throw new InvalidArgumentError('connectionString', `expected a PostgreSQL URL string, got ${describeType(connectionString)}`);
