@@ -292,6 +292,8 @@ describe('waiting', () => {
 describe('a pool of the caller', () => {
   it('pins its sessions from it for the locker’s lifetime, and leaves the pool open', async () => {
     const pool = new pg.Pool({ connectionString: db.url, max: 10 });
+    // As any pool's owner must: an idle client whose backend ends (the file's database is dropped) emits here.
+    pool.on('error', () => {});
     try {
       const locker = createLocker({ pool, maxSessions: 2 });
       const handles = await Promise.all(Array.from({ length: 20 }, (_, i) => locker.acquire(`pool:${i}`)));
