@@ -218,7 +218,29 @@ export class AdvisoryLockManager {
       for (const h of [...state.holders]) unlocks.push(h.release());
     }
     await Promise.all(unlocks);
+    // Operations still in flight may yet grant (a try, a blocking wait that was just cancelled): wait until each
+    // has answered and what it granted is given back, so that others can take it as soon as close() resolves.
+    // Bounded: the sessions are ended next, and the server then frees whatever is left anyway.
+    await new Promise<void>((resolve) => {
+      const bound = setTimeout(resolve, this.deadlineMs);
+      this.onDrained = () => {
+        clearTimeout(bound);
+        resolve();
+      };
+      this.checkDrained();
+    });
     for (const state of this.states.values()) if (state.pollTimer) clearTimeout(state.pollTimer);
+  }
+
+  private onDrained: (() => void) | null = null;
+
+  /** After close: resolves close()'s wait once no key has an operation in flight or a lock held. */
+  private checkDrained(): void {
+    if (!this.onDrained || this.blocking) return;
+    for (const st of this.states.values()) if (st.busy || st.heldMode) return;
+    const done = this.onDrained;
+    this.onDrained = null;
+    done();
   }
 
   /** A handle gives its lock back. */
@@ -269,6 +291,7 @@ export class AdvisoryLockManager {
       this.unregisterMarker(state);
       return;
     }
+    if (this.closed) this.checkDrained();
     // Idle: keep the state for the next use of the key (and what it learned of contention), within bounds.
     if (state.heldMode === null && state.releaseWaiters.length === 0 && this.states.size > MAX_IDLE_STATES) {
       if (state.pollTimer) clearTimeout(state.pollTimer);
@@ -399,7 +422,19 @@ export class AdvisoryLockManager {
           state.busy = false;
           blocking.onEnd?.();
           const code = (err as { code?: unknown })?.code;
-          if (code === '55P03' || code === '57014' || (err instanceof SessionLostError && err.connected)) {
+          if (code === '57014') {
+            // A cancel can land after pg_advisory_lock granted but before the statement ended: the lock may be
+            // held. Give it back (unlocking a lock not held changes nothing), then go on as after a timeout.
+            state.busy = true;
+            const unlocked = () => {
+              state.busy = false;
+              if (!head.settled && !this.closed) this.schedulePoll(state, 1);
+              else this.pump(state);
+            };
+            session.submit(mode === 'shared' ? Op.unlockShared : Op.unlockExclusive, state.key, unlocked, unlocked);
+            return;
+          }
+          if (code === '55P03' || (err instanceof SessionLostError && err.connected)) {
             // The wait ran out or was cancelled (the timer or the signal settles the head), or the session died: go on.
             if (!head.settled && !this.closed) this.schedulePoll(state, 1);
             else this.pump(state);

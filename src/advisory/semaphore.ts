@@ -95,7 +95,8 @@ export class SemaphoreManager {
 
   async close(): Promise<void> {
     this.closed = true;
-    this.lines.close(closedError());
+    // Waiters fail first; a grant still in flight for one of them is handed back before the connections go.
+    await Promise.all([this.lines.close(closedError()), ...[...this.holding].map((h) => h.release())]);
     await Promise.all([...this.holding].map((h) => h.release()));
   }
 

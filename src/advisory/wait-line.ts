@@ -18,8 +18,8 @@ export type Attempt<H> = { granted: H } | { busy: true; retryInMs?: number };
 export interface WaitLineHooks<R extends LineRequest, H> {
   /** One attempt for the head of the line; `polite`: stand back if others already wait elsewhere. */
   attempt(request: R, polite: boolean): Promise<Attempt<H>>;
-  /** A grant arrived for a waiter that had already given up: hand it back. */
-  giveBack(handle: H): void;
+  /** A grant arrived for a waiter that had already given up: hand it back (resolves once it is back). */
+  giveBack(handle: H): Promise<unknown>;
   granted(request: R, handle: H, waitMs: number): void;
   contention(request: R): void;
   timeout(request: R, waitMs: number): void;
@@ -55,6 +55,10 @@ export class WaitLine<R extends LineRequest, H> {
   private markerSession: Session | null = null;
   private pollTimer: NodeJS.Timeout | null = null;
   private pollDelayMs = FIRST_POLL_MS;
+  /** The head's attempt in flight, if any. */
+  private attempting: Promise<void> | null = null;
+  /** Late grants being handed back. */
+  private readonly givingBack = new Set<Promise<unknown>>();
 
   constructor(
     readonly key: bigint,
@@ -111,9 +115,15 @@ export class WaitLine<R extends LineRequest, H> {
     if (this.markerSession === session) this.markerSession = null;
   }
 
-  close(reason: Error): void {
+  /**
+   * Fails every waiter; resolves once the attempt in flight has answered and whatever it granted has
+   * been handed back (so nothing is left held when the owner's connections go).
+   */
+  async close(reason: Error): Promise<void> {
     for (const w of [...this.queue]) this.settle(w, () => w.reject(reason));
     this.clearPoll();
+    await this.attempting;
+    await Promise.all(this.givingBack);
   }
 
   private drive(): void {
@@ -126,23 +136,28 @@ export class WaitLine<R extends LineRequest, H> {
     this.busy = true;
     this.wakePending = false;
     this.clearPoll();
-    this.hooks.attempt(head.request, !head.waiting).then(
+    const attempting: Promise<void> = this.hooks.attempt(head.request, !head.waiting).then(
       (outcome) => {
         this.busy = false;
+        if (this.attempting === attempting) this.attempting = null;
         if ('granted' in outcome) this.onGranted(head, outcome.granted);
         else this.onBusy(head, outcome.retryInMs);
       },
       (err: unknown) => {
         this.busy = false;
+        if (this.attempting === attempting) this.attempting = null;
         this.settle(head, () => head.reject(err));
         this.drive();
       },
     );
+    this.attempting = attempting;
   }
 
   private onGranted(head: Waiter<R, H>, handle: H): void {
     if (head.settled) {
-      this.hooks.giveBack(handle);
+      const back = this.hooks.giveBack(handle).catch(() => {});
+      this.givingBack.add(back);
+      void back.finally(() => this.givingBack.delete(back));
     } else {
       const waitMs = performance.now() - head.startedAt;
       this.settle(head, () => head.resolve(handle));
@@ -263,8 +278,9 @@ export class WaitLines<R extends TargetRequest, H extends HeldLockInfo & { relea
     for (const line of this.lines.values()) line.sessionLost(session);
   }
 
-  close(reason: Error): void {
-    for (const line of [...this.lines.values()]) line.close(reason);
+  /** Fails every waiter; resolves once late grants have been handed back. */
+  async close(reason: Error): Promise<void> {
+    await Promise.all([...this.lines.values()].map((line) => line.close(reason)));
   }
 
   private lineOf(key: bigint): WaitLine<R, H> {
@@ -273,7 +289,7 @@ export class WaitLines<R extends TargetRequest, H extends HeldLockInfo & { relea
     const info = (request: R) => ({ kind: this.kind, name: request.target.name, key: request.target.key, mode: 'exclusive' as const });
     const line: WaitLine<R, H> = new WaitLine(key, this.sessions, this.listener, {
       attempt: this.attempt,
-      giveBack: (handle) => void handle.release(),
+      giveBack: (handle) => handle.release(),
       granted: (_request, handle, waitMs) => this.observer.acquired(handle, waitMs),
       contention: (request) => this.observer.contention(info(request)),
       timeout: (request, waitMs) => this.observer.timeout(info(request), waitMs),
