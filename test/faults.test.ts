@@ -1,8 +1,9 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
+import pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { createLocker, LockLostError, LockUnavailableError, type LostEvent } from '../src/index.js';
-import { appName, eventually, freePortUrl, killBackends, track, useTestDatabase } from './support/db.js';
+import { appName, eventually, freePortUrl, killBackends, track, useMigratedDatabase, useTestDatabase } from './support/db.js';
 import { TcpProxy } from './support/tcp-proxy.js';
 
 let db: Awaited<ReturnType<typeof useTestDatabase>>;
@@ -116,5 +117,74 @@ describe('a network blackhole under a held lock', () => {
     } finally {
       await proxy.close();
     }
+  });
+});
+
+describe('a lock lost while the holder cannot hear of it', () => {
+  it('release() reports false and the signal aborts when the backend died behind a blackhole', async () => {
+    const target = new URL(db.url);
+    const proxy = await new TcpProxy(target.hostname, Number(target.port || 5432)).start();
+    try {
+      const app = appName('silent');
+      const url = new URL(db.url);
+      url.port = String(proxy.port);
+      url.searchParams.set('application_name', app);
+      // The next keepalive is due after release() is called: the loss is first met by release() itself.
+      const holder = track(createLocker({ connectionString: url.toString(), keepaliveMs: 2000 }));
+      const other = track(createLocker({ connectionString: db.url }));
+      const h = await holder.acquire('fault:silent');
+      proxy.blackhole();
+      expect(await killBackends(db.url, app)).toBeGreaterThan(0);
+      const taken = await other.acquire('fault:silent', { timeoutMs: 15_000 }); // the lock is someone else's now
+      expect(await h.release()).toBe(false);
+      expect(h.signal.aborted).toBe(true);
+      expect(h.signal.reason).toBeInstanceOf(LockLostError);
+      await taken.release();
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it('a permit: release() reports false and the signal aborts', async () => {
+    const target = new URL(db.url);
+    const proxy = await new TcpProxy(target.hostname, Number(target.port || 5432)).start();
+    try {
+      const app = appName('silentsem');
+      const url = new URL(db.url);
+      url.port = String(proxy.port);
+      url.searchParams.set('application_name', app);
+      const holder = track(createLocker({ connectionString: url.toString(), keepaliveMs: 2000 }));
+      const other = track(createLocker({ connectionString: db.url }));
+      const permit = await holder.semaphore('fault:silent:sem', { permits: 1 }).acquire();
+      proxy.blackhole();
+      expect(await killBackends(db.url, app)).toBeGreaterThan(0);
+      const taken = await other.semaphore('fault:silent:sem', { permits: 1 }).acquire({ timeoutMs: 15_000 });
+      expect(await permit.release()).toBe(false);
+      expect(permit.signal.reason).toBeInstanceOf(LockLostError);
+      await taken.release();
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it('a lease: release() reports false and the signal aborts once another holder has it', async () => {
+    const migrated = await useMigratedDatabase('faults_lease');
+    const holder = track(createLocker({ connectionString: migrated.url }));
+    const other = track(createLocker({ connectionString: migrated.url }));
+    const lease = await holder.lease('fault:silent:lease', { ttlMs: 60_000, renew: false });
+    // The row is taken over behind the holder's back (its local deadline is far away).
+    const admin = new pg.Client({ connectionString: migrated.url });
+    await admin.connect();
+    try {
+      await admin.query('UPDATE pgfence.leases SET expires_at = clock_timestamp() WHERE key = $1', [lease.key]);
+    } finally {
+      await admin.end();
+    }
+    const taken = await other.tryLease('fault:silent:lease');
+    expect(taken).not.toBeNull();
+    expect(lease.signal.aborted).toBe(false);
+    expect(await lease.release()).toBe(false);
+    expect(lease.signal.reason).toBeInstanceOf(LockLostError);
+    await taken!.release();
   });
 });

@@ -87,8 +87,8 @@ interface KeyState {
   markerSession: Session | null;
   pollTimer: NodeJS.Timeout | null;
   pollDelayMs: number;
-  /** Resolvers of release() calls waiting for the unlock to complete. */
-  releaseWaiters: ((released: boolean) => void)[];
+  /** release() calls waiting for the unlock to complete. */
+  releaseWaiters: { handle: AdvisoryLockHandle; resolve: (released: boolean) => void }[];
   /** Until when local shared grants defer to waiters elsewhere (set when a release found some). */
   contendedUntil: number;
 }
@@ -203,7 +203,7 @@ export class AdvisoryLockManager {
       state.heldMode = null;
       state.session = null;
       for (const h of holders) this.loseHandle(state, h, 'session-lost', err);
-      this.settleReleases(state, false);
+      this.settleReleases(state, false, err);
       this.pump(state);
     }
   }
@@ -251,7 +251,7 @@ export class AdvisoryLockManager {
     this.observer.released(handle);
     if (state.holders.size > 0) return Promise.resolve(true); // other local shared holders keep the server hold
     return new Promise((resolve) => {
-      state.releaseWaiters.push(resolve);
+      state.releaseWaiters.push({ handle, resolve });
       this.pump(state);
     });
   }
@@ -455,18 +455,20 @@ export class AdvisoryLockManager {
     const session = state.session!;
     const code = state.heldMode === 'shared' ? Op.unlockShared : Op.unlockExclusive;
     state.busy = true;
-    const done = (result: number) => {
+    const done = (result: number, lostCause?: Error) => {
       state.busy = false;
       if (state.session === session) {
         state.heldMode = null;
         state.session = null;
       }
       if (result === 3) state.contendedUntil = performance.now() + 1000;
-      this.settleReleases(state, true);
+      // 0: the backend no longer held it (the lock was lost before this release).
+      this.settleReleases(state, result !== 0, lostCause ?? new Error('the session no longer held the lock'));
       this.pump(state);
     };
-    // A failed unlock leaves nothing held: the session is gone, or reconciliation undid it.
-    session.submit(code, state.key, done, () => done(0));
+    // A failed unlock leaves nothing held: the session is gone, or reconciliation undid it. A dead session
+    // cannot say whether the lock lasted until the unlock: that release is a loss.
+    session.submit(code, state.key, done, (err) => (err instanceof SessionLostError ? done(0, err) : done(1)));
   }
 
   private unregisterMarker(state: KeyState): void {
@@ -589,10 +591,17 @@ export class AdvisoryLockManager {
 
   private readonly onTimer = (state: KeyState, waiter: Waiter): void => this.giveUp(state, waiter, null);
 
-  private settleReleases(state: KeyState, released: boolean): void {
+  /** Answers the release() calls waiting on the key's unlock; when the lock was gone, each one's signal aborts. */
+  private settleReleases(state: KeyState, released: boolean, cause?: unknown): void {
     const waiters = state.releaseWaiters;
     state.releaseWaiters = [];
-    for (const resolve of waiters) resolve(released);
+    for (const { handle, resolve } of waiters) {
+      if (!released) {
+        const err = new LockLostError(handle.name, handle.key, 'session-lost', { cause });
+        if (handle.markLostOnRelease(err)) this.observer.lost(handle, handle.holdMs, 'session-lost', err);
+      }
+      resolve(released);
+    }
   }
 
   private dropHolder(state: KeyState, handle: AdvisoryLockHandle): void {

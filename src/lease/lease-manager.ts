@@ -118,12 +118,21 @@ export class LeaseManager {
     this.observer.released(handle);
     try {
       const { rows } = await this.source.pool.query<{ released: boolean }>(releaseLeaseSql, [handle.key, handle.token]);
+      if (!rows[0]!.released) this.lostOnRelease(handle, new Error('the lease was no longer this holder’s'));
       return rows[0]!.released;
-    } catch {
-      return false; // unreachable: the lease expires on its own at its TTL
+    } catch (err) {
+      // Unreachable: the lease expires on its own at its TTL, but nobody can say it lasted until now.
+      this.lostOnRelease(handle, err);
+      return false;
     } finally {
       this.lines.wake(handle.key);
     }
+  }
+
+  /** A release found the lease gone (expired, taken over) or could not confirm it: the signal aborts. */
+  private lostOnRelease(handle: LeaseHandleImpl, cause: unknown): void {
+    const err = new LockLostError(handle.name, handle.key, 'lease-expired', { cause });
+    if (handle.markLostOnRelease(err)) this.observer.lost(handle, handle.holdMs, 'lease-expired', err);
   }
 
   /** @internal */ lose(handle: LeaseHandleImpl, reason: LockLostReason, cause?: unknown): void {
