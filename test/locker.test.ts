@@ -9,7 +9,7 @@ import {
   type ReleasedEvent,
   type TimeoutEvent,
 } from '../src/index.js';
-import { appName, eventually, sleep, track, useTestDatabase } from './support/db.js';
+import { appName, eventually, killBackends, track, useTestDatabase } from './support/db.js';
 
 let db: Awaited<ReturnType<typeof useTestDatabase>>;
 let admin: pg.Client;
@@ -90,7 +90,7 @@ describe('one locker', () => {
     const h = await locker.acquire('one:reentrant');
     expect(await locker.tryAcquire('one:reentrant')).toBeNull();
     const second = locker.acquire('one:reentrant', { timeoutMs: 10_000 });
-    await sleep(50);
+    await eventually(() => locker.stats().waiting === 1, 15_000, 'the second request to wait');
     await h.release();
     const h2 = await second;
     // One server-side hold, whoever held it locally.
@@ -153,6 +153,43 @@ describe('one locker', () => {
     expect(await h.release()).toBe(false);
     await taken.release();
     await expect(locker.acquire('close:after')).rejects.toThrow(/closed/);
+  });
+});
+
+describe('logging of close', () => {
+  /** A logger that keeps every entry, by level. */
+  function capture() {
+    const entries: { level: string; msg: string }[] = [];
+    const at = (level: string) => (_obj: object, msg?: string) => void entries.push({ level, msg: msg ?? '' });
+    return { entries, logger: { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') } };
+  }
+
+  it('a normal close() is not a loss: logged at debug, no warning', async () => {
+    const { entries, logger } = capture();
+    const locker = createLocker({ connectionString: db.url, logger });
+    const other = open();
+    // Open every kind of connection: the sessions, the waiter session, the release listener.
+    const held = await Promise.all([locker.acquire('log:close:1'), locker.acquire('log:close:2')]);
+    const busy = await other.acquire('log:close:3');
+    const waiting = locker.acquire('log:close:3', { timeoutMs: 30_000 }).catch((err: unknown) => err);
+    await eventually(() => locker.stats().waiting === 1, 15_000, 'the wait to start');
+    await busy.release();
+    const h3 = await waiting;
+    await locker.close();
+    expect(held.every((h) => h.signal.aborted === false)).toBe(true);
+    expect((h3 as { signal: AbortSignal }).signal.aborted).toBe(false);
+    expect(entries.filter((e) => e.level === 'warn' || e.level === 'error')).toEqual([]);
+    expect(entries.some((e) => e.level === 'debug' && /session closed/.test(e.msg))).toBe(true);
+  });
+
+  it('a real loss is still a warning', async () => {
+    const { entries, logger } = capture();
+    const app = appName('logloss');
+    const locker = open({ connectionString: db.urlWith({ application_name: app }), logger });
+    const h = await locker.acquire('log:loss');
+    await killBackends(db.url, app);
+    await eventually(() => h.signal.aborted, 15_000, 'the loss');
+    expect(entries.some((e) => e.level === 'warn' && /session lost/.test(e.msg))).toBe(true);
   });
 });
 
@@ -272,7 +309,7 @@ describe('waiting', () => {
         await h.release();
       }),
     );
-    await sleep(100);
+    await eventually(() => waiter.stats().waiting === 3, 15_000, 'all three to wait');
     await k3.release();
     await eventually(() => got.includes('wait:3'), 15_000, 'the third key');
     await k2.release();

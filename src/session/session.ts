@@ -147,7 +147,7 @@ export class Session {
 
   /** Ends the session: the server releases everything it held. */
   close(): void {
-    this.die(new SessionLostError('the locker was closed'), false);
+    this.die(new SessionLostError('the locker was closed'), false, true);
   }
 
   private async connect(): Promise<void> {
@@ -346,7 +346,8 @@ export class Session {
     return err;
   }
 
-  private die(err: Error, notify = true): void {
+  /** `closing`: ended on purpose by close(), not lost (logged at debug). */
+  private die(err: Error, notify = true, closing = false): void {
     if (this.state === 'dead') return;
     const wasReady = this.state === 'ready';
     this.state = 'dead';
@@ -358,7 +359,8 @@ export class Session {
     this.inFlight = null;
     this.pending = [];
     for (const op of failed) op.reject(lost);
-    if (wasReady) this.opts.logger.warn({ err, session: this.id }, 'pgfence: session lost');
+    if (closing) this.opts.logger.debug({ session: this.id }, 'pgfence: session closed');
+    else if (wasReady) this.opts.logger.warn({ err, session: this.id }, 'pgfence: session lost');
     if (notify) this.opts.onLost(this, err);
   }
 }
