@@ -120,7 +120,12 @@ describe('one locker', () => {
     const locker = open({ connectionString: db.urlWith({ application_name: app }), maxSessions: 2 });
     const handles = await Promise.all(Array.from({ length: 500 }, (_, i) => locker.acquire(`mux:${i}`)));
     expect(await advisoryLocksOf(app)).toBe(500);
-    const { rows } = await admin.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1`, [app]);
+    // The backends that hold them (the pool's short-statement connection, say for the name registry, holds none).
+    const { rows } = await admin.query<{ n: number }>(
+      `SELECT count(DISTINCT l.pid)::int AS n FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+        WHERE l.locktype = 'advisory' AND a.application_name = $1`,
+      [app],
+    );
     expect(rows[0]!.n).toBeLessThanOrEqual(2);
     expect(locker.stats().held).toBe(500);
     await Promise.all(handles.map((h) => h.release()));
@@ -153,6 +158,50 @@ describe('one locker', () => {
     expect(await h.release()).toBe(false);
     await taken.release();
     await expect(locker.acquire('close:after')).rejects.toThrow(/closed/);
+  });
+});
+
+describe('a busy lock is not an unreachable database', () => {
+  it('a short timeout on a busy key is LockTimeoutError (tryAcquire: null), even before the locker has connected', async () => {
+    const holder = open();
+    const h = await holder.acquire('busy:short');
+    try {
+      for (const timeoutMs of [1, 1, 1, 5, 20]) {
+        const fresh = createLocker({ connectionString: db.url });
+        try {
+          const err = await fresh.acquire('busy:short', { timeoutMs }).catch((e: unknown) => e);
+          expect(err, `timeoutMs ${timeoutMs}: ${String(err)}`).toBeInstanceOf(LockTimeoutError);
+        } finally {
+          await fresh.close();
+        }
+      }
+      // A locker whose sessions are up, but whose waiter session is not connected yet.
+      const warm = open();
+      await (await warm.acquire('busy:warm-up')).release();
+      for (let i = 0; i < 3; i++) {
+        const err = await warm.acquire('busy:short', { timeoutMs: 1 }).catch((e: unknown) => e);
+        expect(err, String(err)).toBeInstanceOf(LockTimeoutError);
+      }
+      const fresh = createLocker({ connectionString: db.url });
+      try {
+        expect(await fresh.tryAcquire('busy:short')).toBeNull();
+      } finally {
+        await fresh.close();
+      }
+    } finally {
+      await h.release();
+    }
+  });
+
+  it('a short timeout on a free key before the locker has connected is not reported as unreachable', async () => {
+    const fresh = createLocker({ connectionString: db.url });
+    try {
+      const outcome = await fresh.acquire('free:short', { timeoutMs: 1 }).catch((e: unknown) => e);
+      expect(outcome instanceof LockTimeoutError || (outcome as { key?: unknown }).key !== undefined, String(outcome)).toBe(true);
+      if (!(outcome instanceof Error)) await (outcome as { release(): Promise<boolean> }).release();
+    } finally {
+      await fresh.close();
+    }
   });
 });
 

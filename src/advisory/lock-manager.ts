@@ -62,6 +62,11 @@ interface Waiter {
   /** A contention event was reported for it. */
   contended: boolean;
   settled: boolean;
+  /**
+   * Its timeout passed before its first try was answered, because the session was still connecting: that
+   * answer decides (a grant, a timeout, or unavailable), within deadlineMs more.
+   */
+  expired: boolean;
   /** tryAcquire answers null on a timeout; acquire rejects with LockTimeoutError. */
   readonly nullOnTimeout: boolean;
   readonly resolve: (handle: AdvisoryLockHandle | null) => void;
@@ -145,6 +150,7 @@ export class AdvisoryLockManager {
         yielded: false,
         contended: false,
         settled: false,
+        expired: false,
         nullOnTimeout,
         resolve,
         reject,
@@ -354,6 +360,10 @@ export class AdvisoryLockManager {
       this.pump(state);
       return;
     }
+    if (head.expired) {
+      this.timedOut(state, head);
+      return;
+    }
     if (head.request.timeoutMs === 0) {
       if (this.settle(state, head)) this.finish(head, null);
       this.pump(state);
@@ -553,21 +563,33 @@ export class AdvisoryLockManager {
     }
     if (abortReason !== null) {
       if (this.settle(state, waiter)) waiter.reject(abortReason);
-    } else if (this.unreachable(state)) {
-      const err = new LockUnavailableError(`could not connect to PostgreSQL within ${waiter.request.timeoutMs} ms`);
-      if (this.settle(state, waiter)) waiter.reject(err);
+      this.pump(state);
+    } else if (!waiter.expired && this.firstTryPending(state, waiter)) {
+      // Nothing is known yet, busy or unreachable: the first answer decides. The connection attempt is bounded
+      // by its own timeout; this bounds it once more (a caller's pool may have none).
+      waiter.expired = true;
+      waiter.timer = setTimeout(() => {
+        const err = new LockUnavailableError(`could not connect to PostgreSQL within ${Math.round(this.deadlineMs)} ms`);
+        if (this.settle(state, waiter)) waiter.reject(err);
+        this.pump(state);
+      }, this.deadlineMs);
     } else {
-      const waitMs = performance.now() - waiter.startedAt;
-      this.observer.timeout(info(waiter.request), waitMs);
-      if (this.settle(state, waiter)) this.finish(waiter, null);
+      this.timedOut(state, waiter);
     }
-    this.pump(state);
   }
 
-  /** True while the key's session has never connected: a timeout then means "unreachable", not "busy". */
-  private unreachable(state: KeyState): boolean {
-    const slotSession = this.sessions.peek(state.key);
-    return slotSession !== null && slotSession.state === 'connecting';
+  /** The waiter's first try is on its way over a session that is still connecting. */
+  private firstTryPending(state: KeyState, waiter: Waiter): boolean {
+    if (waiter.waiting || state.queue[0] !== waiter || !state.busy) return false;
+    return this.sessions.peek(state.key)?.state === 'connecting';
+  }
+
+  /** The wait ran out on a busy lock: LockTimeoutError, or null for tryAcquire. */
+  private timedOut(state: KeyState, waiter: Waiter): void {
+    const waitMs = performance.now() - waiter.startedAt;
+    this.observer.timeout(info(waiter.request), waitMs);
+    if (this.settle(state, waiter)) this.finish(waiter, null);
+    this.pump(state);
   }
 
   /** Takes the waiter out of the line; false if it had already left (the caller then answers nothing). */
