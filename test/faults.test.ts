@@ -120,6 +120,36 @@ describe('a network blackhole under a held lock', () => {
   });
 });
 
+describe('loss detection', () => {
+  it('sees a loss within keepaliveMs + the probe deadline of the last answer (the documented bound)', async () => {
+    const target = new URL(db.url);
+    const proxy = await new TcpProxy(target.hostname, Number(target.port || 5432)).start();
+    try {
+      const url = new URL(db.url);
+      url.port = String(proxy.port);
+      const keepaliveMs = 1000;
+      const deadlineMs = Math.max(2 * keepaliveMs, 2000);
+      const locker = track(createLocker({ connectionString: url.toString(), keepaliveMs, maxSessions: 1 }));
+      const h = await locker.acquire(7_000_001n); // a key, not a name: no name-registry traffic on the side
+      const session = proxy.toServer[proxy.toServer.length - 1]!.conn;
+      const acquiredAt = performance.now();
+      // Cut the network right after the answer to a keepalive probe: that answer is the last sign of life.
+      await eventually(() => proxy.toClient.some((c) => c.conn === session && c.at > acquiredAt + keepaliveMs / 2), 20_000, 'a probe answered');
+      proxy.blackhole();
+      const lastAnswerAt = proxy.toClient.filter((c) => c.conn === session).at(-1)!.at;
+      let lostAt = 0;
+      h.signal.addEventListener('abort', () => (lostAt = performance.now()), { once: true });
+      await eventually(() => lostAt > 0, 20_000, 'the loss');
+      const detectedMs = lostAt - lastAnswerAt;
+      // The bound itself, with a little slack for timers on a loaded machine (the loss cannot be seen earlier).
+      expect(detectedMs).toBeGreaterThanOrEqual(keepaliveMs + deadlineMs - 5);
+      expect(detectedMs, `seen after ${Math.round(detectedMs)} ms`).toBeLessThan(keepaliveMs + deadlineMs + 100);
+    } finally {
+      await proxy.close();
+    }
+  });
+});
+
 describe('a lock lost while the holder cannot hear of it', () => {
   it('release() reports false and the signal aborts when the backend died behind a blackhole', async () => {
     const target = new URL(db.url);

@@ -59,8 +59,9 @@ export class Session {
   private pending: PendingOp[] = [];
   private inFlight: PendingOp[] | null = null;
   private flushQueued = false;
-  /** One timer per session checks both the statement deadline and the keepalive cadence. */
-  private ticker: NodeJS.Timeout | null = null;
+  /** One timer per session, set for the next moment it must act: a statement's deadline or the next probe. */
+  private watchdog: NodeJS.Timeout | null = null;
+  private watchdogDue = Infinity;
   /** performance.now() when the statement in flight was sent, and when the session last heard back. */
   private sentAt = 0;
   private inFlightDeadlineMs = 0;
@@ -163,7 +164,7 @@ export class Session {
       this.everReady = true;
       this.scheduleFlush();
       this.lastActivity = performance.now();
-      this.startTicker();
+      this.arm();
     } catch (err) {
       this.die(err instanceof Error ? err : new Error(String(err)));
       throw this.lostError();
@@ -180,6 +181,7 @@ export class Session {
     const lone = batch.length === 1 ? batch[0]! : null;
     if (lone && lone.code !== PROBE && !lone.fenced && !lone.statement) this.sendLone(lone as PendingOp & { code: OpCode });
     else void this.sendBatch(batch);
+    this.arm();
   }
 
   /** The common case, kept lean: one plain operation, one small prepared statement. */
@@ -193,6 +195,7 @@ export class Session {
         this.inFlight = null;
         op.resolve(res.rows[0]!.r, null);
         if (this.pending.length > 0) this.flush();
+        else this.arm();
       },
       (err: Error) => void this.failed(batch!, [op], err),
     );
@@ -213,6 +216,7 @@ export class Session {
     this.lastActivity = performance.now();
     if (this.inFlight === batch) this.inFlight = null;
     if (this.state === 'ready' && this.pending.length > 0) this.flush();
+    else this.arm();
   }
 
   /** A statement failed: the connection is gone (the session dies), or the batch is reconciled. */
@@ -227,6 +231,7 @@ export class Session {
     this.lastActivity = performance.now();
     if (this.inFlight === batch) this.inFlight = null;
     if (this.state === 'ready' && this.pending.length > 0) this.flush();
+    else this.arm();
   }
 
   /**
@@ -314,26 +319,39 @@ export class Session {
   }
 
   /**
-   * Every tick: a statement in flight past the deadline kills the session; an idle session is probed
-   * once keepaliveMs has passed since it last heard from the server. Loss is therefore noticed within
-   * keepaliveMs + deadlineMs (+ one tick) of the last sign of life.
+   * Sets the watchdog for the next moment the session must act: the deadline of the statement in flight,
+   * or, when idle, keepaliveMs after it last heard from the server (then it sends a probe). A loss is
+   * therefore noticed within keepaliveMs + deadlineMs of the last sign of life. A watchdog already set
+   * for an earlier moment is kept (it re-arms itself when it fires early): moving it costs a timer only
+   * when the next moment comes sooner.
    */
-  private startTicker(): void {
-    const tickMs = Math.max(10, Math.min(this.opts.keepaliveMs, this.opts.deadlineMs) / 4);
-    this.ticker = setInterval(() => {
-      if (this.state !== 'ready') return;
-      const now = performance.now();
-      if (this.inFlight) {
-        if (now - this.sentAt > this.inFlightDeadlineMs) {
-          this.die(new LockUnavailableError(`PostgreSQL did not answer within ${Math.round(this.inFlightDeadlineMs)} ms`));
-        }
-      } else if (this.pending.length === 0 && now - this.lastActivity >= this.opts.keepaliveMs) {
-        this.pending.push({ code: PROBE, key: 0n, fenced: false, resolve: () => {}, reject: () => {}, statement: undefined });
-        void this.flush();
-      }
-    }, tickMs);
-    this.ticker.unref();
+  private arm(): void {
+    if (this.state !== 'ready') return;
+    const due = this.inFlight ? this.sentAt + this.inFlightDeadlineMs : this.lastActivity + this.opts.keepaliveMs;
+    if (this.watchdog && this.watchdogDue <= due) return;
+    if (this.watchdog) clearTimeout(this.watchdog);
+    this.watchdogDue = due;
+    this.watchdog = setTimeout(this.onWatchdog, Math.max(0, Math.ceil(due - performance.now())));
+    this.watchdog.unref();
   }
+
+  private readonly onWatchdog = (): void => {
+    this.watchdog = null;
+    this.watchdogDue = Infinity;
+    if (this.state !== 'ready') return;
+    const now = performance.now();
+    if (this.inFlight) {
+      if (now - this.sentAt >= this.inFlightDeadlineMs) {
+        this.die(new LockUnavailableError(`PostgreSQL did not answer within ${Math.round(this.inFlightDeadlineMs)} ms`));
+        return;
+      }
+    } else if (this.pending.length === 0 && now - this.lastActivity >= this.opts.keepaliveMs) {
+      this.pending.push({ code: PROBE, key: 0n, fenced: false, resolve: () => {}, reject: () => {}, statement: undefined });
+      this.flush(); // arms for the probe's deadline
+      return;
+    }
+    this.arm();
+  };
 
   private everReady = false;
 
@@ -352,7 +370,8 @@ export class Session {
     const wasReady = this.state === 'ready';
     this.state = 'dead';
     this.deathCause = err;
-    if (this.ticker) clearInterval(this.ticker);
+    if (this.watchdog) clearTimeout(this.watchdog);
+    this.watchdog = null;
     this.conn?.destroy();
     const lost = this.lostError();
     const failed = [...(this.inFlight ?? []), ...this.pending];
