@@ -154,7 +154,7 @@ describe.each(lockKinds)('conformance, late grants: $name', (kind) => {
   }
 
   it('a grant that lands during close is released, never leaked', async () => {
-    for (let i = 0; i < 14; i++) {
+    for (let i = 0; i < 30; i++) {
       const name = `conformance:late:close:${i}`;
       const [a, b] = await Promise.all([kind.open(url), kind.open(url)]);
       try {
