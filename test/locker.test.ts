@@ -370,6 +370,27 @@ describe('waiting', () => {
   });
 });
 
+describe('an unbounded wait', () => {
+  it('timeoutMs: Infinity waits on the waiter session without a timer storm, and gets the lock once it is free', async () => {
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.name);
+    process.on('warning', onWarning);
+    try {
+      const holder = open();
+      const waiter = open();
+      const h = await holder.acquire('wait:infinite');
+      const waiting = waiter.acquire('wait:infinite', { timeoutMs: Infinity });
+      await eventually(() => waiter.stats().waiting === 1, 15_000, 'the wait to start');
+      await new Promise((r) => setTimeout(r, 200)); // time for a storm of 1 ms timers to show
+      await h.release();
+      await (await waiting).release();
+      expect(warnings.filter((w) => w === 'TimeoutOverflowWarning')).toEqual([]);
+    } finally {
+      process.off('warning', onWarning);
+    }
+  });
+});
+
 describe('a pool of the caller', () => {
   it('pins its sessions from it for the locker’s lifetime, and leaves the pool open', async () => {
     const pool = new pg.Pool({ connectionString: db.url, max: 10 });

@@ -31,6 +31,8 @@ interface PendingOp {
 }
 const PROBE = 0;
 
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /** Large batches are split: a statement with many thousand array elements gains nothing more. */
 const MAX_BATCH = 4096;
 
@@ -329,9 +331,11 @@ export class Session {
     if (this.state !== 'ready') return;
     const due = this.inFlight ? this.sentAt + this.inFlightDeadlineMs : this.lastActivity + this.opts.keepaliveMs;
     if (this.watchdog && this.watchdogDue <= due) return;
+    if (due === Infinity) return; // an unbounded blocking wait: re-armed when it ends
     if (this.watchdog) clearTimeout(this.watchdog);
     this.watchdogDue = due;
-    this.watchdog = setTimeout(this.onWatchdog, Math.max(0, Math.ceil(due - performance.now())));
+    // Node caps one timer at ~24.8 days: a later moment is reached in steps (the watchdog re-arms itself).
+    this.watchdog = setTimeout(this.onWatchdog, Math.min(MAX_TIMER_MS, Math.max(0, Math.ceil(due - performance.now()))));
     this.watchdog.unref();
   }
 
