@@ -9,7 +9,7 @@ import {
 import type { LockTarget } from '../keys.js';
 import type { LockMode, Observer } from '../observe/observer.js';
 import { setLongTimeout } from '../options.js';
-import { blockingLockSql, Op, type OpCode } from '../session/advisory-sql.js';
+import { blockingLockSql, heldBySessionSql, Op, type OpCode } from '../session/advisory-sql.js';
 import type { ReleaseListener } from '../session/listener.js';
 import type { Session } from '../session/session.js';
 import type { SessionPool } from '../session/session-pool.js';
@@ -432,20 +432,26 @@ export class AdvisoryLockManager {
           state.busy = false;
           blocking.onEnd?.();
           const code = (err as { code?: unknown })?.code;
-          if (code === '57014') {
-            // A cancel can land after pg_advisory_lock granted but before the statement ended: the lock may be
-            // held. Give it back (unlocking a lock not held changes nothing), then go on as after a timeout.
+          if (code === '55P03' || code === '57014') {
+            // PostgreSQL may grant the lock in the very moment its lock_timeout or a cancel fires: the statement
+            // fails, yet the session lock is held (LockErrorCleanup keeps a grant it finds). Look, give it back if
+            // so, then go on as after a timeout.
             state.busy = true;
-            const unlocked = () => {
+            const goOn = () => {
               state.busy = false;
               if (!head.settled && !this.closed) this.schedulePoll(state, 1);
               else this.pump(state);
             };
-            session.submit(mode === 'shared' ? Op.unlockShared : Op.unlockExclusive, state.key, unlocked, unlocked);
+            const unlock = () => session.submit(mode === 'shared' ? Op.unlockShared : Op.unlockExclusive, state.key, goOn, goOn);
+            const heldMode = mode === 'shared' ? 'ShareLock' : 'ExclusiveLock';
+            session.statement<{ space: number; key: string; mode: string }>(heldBySessionSql, []).then(
+              (rows) => (rows.some((r) => r.space === 1 && r.key === String(state.key) && r.mode === heldMode) ? unlock() : goOn()),
+              unlock, // the look itself failed (a second cancel, say): unlock anyway (harmless when not held)
+            );
             return;
           }
-          if (code === '55P03' || (err instanceof SessionLostError && err.connected)) {
-            // The wait ran out or was cancelled (the timer or the signal settles the head), or the session died: go on.
+          if (err instanceof SessionLostError && err.connected) {
+            // The session died (and what it held with it): go on.
             if (!head.settled && !this.closed) this.schedulePoll(state, 1);
             else this.pump(state);
             return;
