@@ -13,7 +13,7 @@ import { blockingLockSql, heldBySessionSql, Op, type OpCode } from '../session/a
 import type { ReleaseListener } from '../session/listener.js';
 import type { Session } from '../session/session.js';
 import type { SessionPool } from '../session/session-pool.js';
-import { SessionLostError } from '../session/session.js';
+import { SessionLostError, WITHDRAWN } from '../session/session.js';
 import { BaseHandle } from './handle.js';
 
 export interface AcquireRequest {
@@ -67,6 +67,8 @@ interface Waiter {
    * answer decides (a grant, a timeout, or unavailable), within deadlineMs more.
    */
   expired: boolean;
+  /** Gave up while its try was in flight: the answer it gets once nothing of that try is left held. */
+  leaving: (() => void) | null;
   /** tryAcquire answers null on a timeout; acquire rejects with LockTimeoutError. */
   readonly nullOnTimeout: boolean;
   readonly resolve: (handle: AdvisoryLockHandle | null) => void;
@@ -93,7 +95,9 @@ interface KeyState {
   pollTimer: NodeJS.Timeout | null;
   pollDelayMs: number;
   /** release() calls waiting for the unlock to complete. */
-  releaseWaiters: { handle: AdvisoryLockHandle; resolve: (released: boolean) => void }[];
+  releaseWaiters: { handle?: AdvisoryLockHandle; resolve: (released: boolean) => void }[];
+  /** The waiter whose try is in flight, if any. */
+  attemptFor: Waiter | null;
   /** Until when local shared grants defer to waiters elsewhere (set when a release found some). */
   contendedUntil: number;
 }
@@ -117,7 +121,15 @@ interface KeyState {
 export class AdvisoryLockManager {
   private readonly states = new Map<bigint, KeyState>();
   /** The wait in progress on the waiter session, if any. */
-  private blocking: { state: KeyState; waiter: Waiter; session: Session; cancelling?: boolean; onEnd?: () => void } | null = null;
+  private blocking: {
+    state: KeyState;
+    waiter: Waiter;
+    session: Session;
+    /** Takes the statement back while it has not been sent (a server-side cancel cannot reach it yet). */
+    withdraw: AbortController;
+    cancelling?: boolean;
+    onEnd?: () => void;
+  } | null = null;
   private waitingCount = 0;
   private heldCount = 0;
   closed = false;
@@ -151,6 +163,7 @@ export class AdvisoryLockManager {
         contended: false,
         settled: false,
         expired: false,
+        leaving: null,
         nullOnTimeout,
         resolve,
         reject,
@@ -167,7 +180,8 @@ export class AdvisoryLockManager {
       }
       state.queue.push(waiter);
       this.waitingCount++;
-      if (state.queue.length > 1 || state.heldMode) {
+      // A hold with no holder left is being given back (a late grant, a release): not busy, just not free yet.
+      if (state.queue.length > 1 || (state.heldMode && state.holders.size > 0)) {
         // Busy here already: a single try fails at once; anyone else queues behind the local holders.
         if (request.timeoutMs === 0 && !this.canShare(state, waiter)) {
           if (this.settle(state, waiter)) this.finish(waiter, null);
@@ -217,7 +231,10 @@ export class AdvisoryLockManager {
   /** Releases every held lock, fails every waiter, and stops. */
   async close(): Promise<void> {
     this.closed = true;
-    if (this.blocking) void this.sessions.cancel(this.blocking.session);
+    if (this.blocking) {
+      this.blocking.withdraw.abort();
+      void this.sessions.cancel(this.blocking.session);
+    }
     const unlocks: Promise<boolean>[] = [];
     for (const state of this.states.values()) {
       for (const w of [...state.queue]) if (this.settle(state, w)) w.reject(new LockUnavailableError('the locker was closed'));
@@ -323,16 +340,22 @@ export class AdvisoryLockManager {
     else if (head.yielded) code = shared ? Op.waitPoliteTryShared : Op.waitPoliteTryExclusive;
     else code = shared ? Op.waitTryShared : Op.waitTryExclusive;
     state.busy = true;
+    state.attemptFor = head;
     state.wakePending = false;
     this.clearPoll(state);
     const onResult = (result: number, token: bigint | null) => {
       state.busy = false;
+      state.attemptFor = null;
       if (registersMarker(code) && (result & 2) === 0) state.markerSession = session;
       if ((result & 1) === 1) {
         state.heldMode = head.request.mode;
         state.session = session;
-        // A waiter that gave up while the grant was in flight gets nothing: pump() unlocks at once.
-        if (!head.settled) this.grant(state, head, session, token);
+        // A waiter that gave up while the grant was in flight gets nothing: pump() unlocks at once, and one that
+        // is still leaving hears its answer once the unlock is done.
+        const leaving = head.leaving;
+        if (leaving) {
+          if (this.settle(state, head)) state.releaseWaiters.push({ resolve: () => leaving() });
+        } else if (!head.settled) this.grant(state, head, session, token);
         this.pump(state);
         return;
       }
@@ -342,13 +365,15 @@ export class AdvisoryLockManager {
     };
     const onError = (err: Error) => {
       state.busy = false;
+      state.attemptFor = null;
       if (err instanceof SessionLostError && err.connected && !this.closed) {
         // The session died under the attempt: try again on its replacement.
         this.pump(state);
         return;
       }
       const failure = err instanceof PgfenceError ? err : new LockUnavailableError(err.message, { cause: err });
-      if (this.settle(state, head)) head.reject(failure);
+      const leaving = head.leaving;
+      if (this.settle(state, head)) (leaving ?? (() => head.reject(failure)))();
       this.pump(state);
     };
     if (head.request.fencing) session.runFenced(code, state.key).then(({ result, token }) => onResult(result, token), onError);
@@ -356,6 +381,10 @@ export class AdvisoryLockManager {
   }
 
   private onBusy(state: KeyState, head: Waiter, registrationFailed: boolean): void {
+    if (head.leaving) {
+      const leaving = head.leaving;
+      if (this.settle(state, head)) leaving();
+    }
     if (head.settled) {
       this.pump(state);
       return;
@@ -407,7 +436,7 @@ export class AdvisoryLockManager {
     const { mode, timeoutMs, fencing } = head.request;
     const remaining = timeoutMs === Infinity ? Infinity : head.startedAt + timeoutMs - performance.now();
     if (remaining <= 0) return this.schedulePoll(state, 1); // the timer settles the head
-    const blocking: NonNullable<typeof this.blocking> = { state, waiter: head, session };
+    const blocking: NonNullable<typeof this.blocking> = { state, waiter: head, session, withdraw: new AbortController() };
     this.blocking = blocking;
     state.busy = true;
     this.clearPoll(state);
@@ -415,6 +444,7 @@ export class AdvisoryLockManager {
     session
       .statement<{ token: string | null }>(blockingLockSql(mode === 'shared', fencing).text, [state.key, lockTimeout], {
         deadlineMs: remaining + this.deadlineMs,
+        withdraw: blocking.withdraw.signal,
       })
       .then(
         (rows) => {
@@ -432,6 +462,12 @@ export class AdvisoryLockManager {
           state.busy = false;
           blocking.onEnd?.();
           const code = (err as { code?: unknown })?.code;
+          if (code === WITHDRAWN) {
+            // Taken back before it was sent: it never waited, and holds nothing.
+            if (!head.settled && !this.closed) this.schedulePoll(state, 1);
+            else this.pump(state);
+            return;
+          }
           if (code === '55P03' || code === '57014') {
             // PostgreSQL may grant the lock in the very moment its lock_timeout or a cancel fires: the statement
             // fails, yet the session lock is held (LockErrorCleanup keeps a grant it finds). Look, give it back if
@@ -559,6 +595,7 @@ export class AdvisoryLockManager {
       // Interrupt the blocked wait and settle once it has left PostgreSQL's queue (so that, when this call
       // rejects, nothing of it is left in the database), or after a short grace if the server is silent.
       blocking.cancelling = true;
+      blocking.withdraw.abort();
       void this.sessions.cancel(blocking.session);
       const grace = setTimeout(() => this.giveUp(state, waiter, abortReason), CANCEL_GRACE_MS);
       blocking.onEnd = () => {
@@ -567,10 +604,8 @@ export class AdvisoryLockManager {
       };
       return;
     }
-    if (abortReason !== null) {
-      if (this.settle(state, waiter)) waiter.reject(abortReason);
-      this.pump(state);
-    } else if (!waiter.expired && this.firstTryPending(state, waiter)) {
+    if (waiter.leaving) return;
+    if (abortReason === null && !waiter.expired && this.firstTryPending(state, waiter)) {
       // Nothing is known yet, busy or unreachable: the first answer decides. The connection attempt is bounded
       // by its own timeout; this bounds it once more (a caller's pool may have none).
       waiter.expired = true;
@@ -579,6 +614,20 @@ export class AdvisoryLockManager {
         if (this.settle(state, waiter)) waiter.reject(err);
         this.pump(state);
       }, this.deadlineMs);
+    } else if (state.attemptFor === waiter) {
+      // Its try is in flight: answer once that is back (a grant it brings given back first), so that nothing of
+      // this request is left held when the caller hears of it; after a short grace if the server is silent.
+      waiter.leaving = abortReason !== null ? () => waiter.reject(abortReason) : () => this.answerTimeout(waiter);
+      if (waiter.timer) clearTimeout(waiter.timer);
+      waiter.cancelLongTimer?.();
+      waiter.cancelLongTimer = null;
+      waiter.timer = setTimeout(() => {
+        if (this.settle(state, waiter)) waiter.leaving!();
+        this.pump(state);
+      }, CANCEL_GRACE_MS);
+    } else if (abortReason !== null) {
+      if (this.settle(state, waiter)) waiter.reject(abortReason);
+      this.pump(state);
     } else {
       this.timedOut(state, waiter);
     }
@@ -592,10 +641,13 @@ export class AdvisoryLockManager {
 
   /** The wait ran out on a busy lock: LockTimeoutError, or null for tryAcquire. */
   private timedOut(state: KeyState, waiter: Waiter): void {
-    const waitMs = performance.now() - waiter.startedAt;
-    this.observer.timeout(info(waiter.request), waitMs);
-    if (this.settle(state, waiter)) this.finish(waiter, null);
+    if (this.settle(state, waiter)) this.answerTimeout(waiter);
     this.pump(state);
+  }
+
+  private answerTimeout(waiter: Waiter): void {
+    this.observer.timeout(info(waiter.request), performance.now() - waiter.startedAt);
+    this.finish(waiter, null);
   }
 
   /** Takes the waiter out of the line; false if it had already left (the caller then answers nothing). */
@@ -624,7 +676,7 @@ export class AdvisoryLockManager {
     const waiters = state.releaseWaiters;
     state.releaseWaiters = [];
     for (const { handle, resolve } of waiters) {
-      if (!released) {
+      if (!released && handle) {
         const err = new LockLostError(handle.name, handle.key, 'session-lost', { cause });
         if (handle.markLostOnRelease(err)) this.observer.lost(handle, handle.holdMs, 'session-lost', err);
       }
@@ -664,6 +716,7 @@ export class AdvisoryLockManager {
         pollTimer: null,
         pollDelayMs: FIRST_POLL_MS,
         releaseWaiters: [],
+        attemptFor: null,
         contendedUntil: 0,
       };
       this.states.set(key, state);

@@ -33,12 +33,16 @@ interface Waiter<R, H> {
   readonly startedAt: number;
   waiting: boolean;
   settled: boolean;
+  /** Gave up while its attempt was in flight: the answer it gets once that attempt is back (see giveUp). */
+  leaving: (() => void) | null;
   resolve(handle: H | null): void;
   reject(err: unknown): void;
-  cleanup(): void;
+  cleanup: () => void;
 }
 
 const FIRST_POLL_MS = 50;
+/** How long a waiter that gave up waits for its attempt in flight before it is answered anyway. */
+const LEAVE_GRACE_MS = 250;
 const MAX_POLL_MS = 1000;
 
 /**
@@ -82,6 +86,7 @@ export class WaitLine<R extends LineRequest, H> {
         startedAt: performance.now(),
         waiting: false,
         settled: false,
+        leaving: null,
         resolve: (h) => (nullOnTimeout || h ? resolve(h) : reject(this.hooks.timeoutError(request))),
         reject,
         cleanup: () => {
@@ -146,7 +151,7 @@ export class WaitLine<R extends LineRequest, H> {
       (err: unknown) => {
         this.busy = false;
         if (this.attempting === attempting) this.attempting = null;
-        this.settle(head, () => head.reject(err));
+        this.settle(head, head.leaving ?? (() => head.reject(err)));
         this.drive();
       },
     );
@@ -154,10 +159,19 @@ export class WaitLine<R extends LineRequest, H> {
   }
 
   private onGranted(head: Waiter<R, H>, handle: H): void {
-    if (head.settled) {
+    if (head.settled || head.leaving) {
+      // The next in line looks only once this grant is back (else it would find its own locker holding it); a
+      // waiter that gave up meanwhile is answered then, so that nothing of it is left held when it is.
+      this.busy = true;
       const back = this.hooks.giveBack(handle).catch(() => {});
       this.givingBack.add(back);
-      void back.finally(() => this.givingBack.delete(back));
+      void back.finally(() => {
+        this.givingBack.delete(back);
+        this.busy = false;
+        if (head.leaving) this.settle(head, head.leaving);
+        this.drive();
+      });
+      return;
     } else {
       const waitMs = performance.now() - head.startedAt;
       this.settle(head, () => head.resolve(handle));
@@ -167,6 +181,7 @@ export class WaitLine<R extends LineRequest, H> {
   }
 
   private onBusy(head: Waiter<R, H>, retryInMs: number | undefined): void {
+    if (head.leaving) this.settle(head, head.leaving);
     if (head.settled) return this.drive();
     if (head.request.timeoutMs === 0) {
       this.settle(head, () => head.resolve(null));
@@ -213,13 +228,27 @@ export class WaitLine<R extends LineRequest, H> {
   }
 
   private giveUp(waiter: Waiter<R, H>, abortReason: unknown): void {
-    if (waiter.settled) return;
-    if (abortReason !== null) {
-      this.settle(waiter, () => waiter.reject(abortReason));
-    } else {
-      this.hooks.timeout(waiter.request, performance.now() - waiter.startedAt);
-      this.settle(waiter, () => waiter.resolve(null));
+    if (waiter.settled || waiter.leaving) return;
+    const answer =
+      abortReason !== null
+        ? () => waiter.reject(abortReason)
+        : () => {
+            this.hooks.timeout(waiter.request, performance.now() - waiter.startedAt);
+            waiter.resolve(null);
+          };
+    if (this.attempting && this.queue[0] === waiter) {
+      // Its attempt is in flight: answer once it is back (a grant it brings handed back first), so that nothing of
+      // this request is left held when the caller hears of it; after a short grace if the database is silent.
+      waiter.leaving = answer;
+      const grace = setTimeout(() => this.settle(waiter, answer), LEAVE_GRACE_MS);
+      const cleanup = waiter.cleanup;
+      waiter.cleanup = () => {
+        clearTimeout(grace);
+        cleanup();
+      };
+      return;
     }
+    this.settle(waiter, answer);
     this.drive();
   }
 

@@ -33,6 +33,9 @@ const PROBE = 0;
 
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
+/** The code of a statement taken back before it was sent (Session.statement's `withdraw`). */
+export const WITHDRAWN = 'PGFENCE_WITHDRAWN';
+
 /** Large batches are split: a statement with many thousand array elements gains nothing more. */
 const MAX_BATCH = 4096;
 
@@ -119,17 +122,38 @@ export class Session {
    * Queues a statement of its own on this session, in order with the operations around it. It must
    * not block, and a failure must leave no lock taken (the batch reconciliation does not cover it).
    */
-  statement<R>(text: string, values: unknown[], opts: { deadlineMs?: number } = {}): Promise<R[]> {
+  statement<R>(text: string, values: unknown[], opts: { deadlineMs?: number; withdraw?: AbortSignal } = {}): Promise<R[]> {
     return new Promise((resolve, reject) => {
       if (this.state === 'dead') return reject(this.lostError());
-      this.pending.push({
+      const { withdraw } = opts;
+      // `withdraw` takes the statement back while it has not been sent (a cancel cannot reach it yet).
+      const onWithdraw = () => {
+        const i = this.pending.indexOf(op);
+        if (i < 0) return; // sent already: only a server-side cancel reaches it now
+        this.pending.splice(i, 1);
+        reject(Object.assign(new Error('the statement was withdrawn before it was sent'), { code: WITHDRAWN }));
+      };
+      const op: PendingOp = {
         code: PROBE,
         key: 0n,
         fenced: false,
         resolve: () => {},
-        reject,
-        statement: { text, values, done: (rows) => resolve(rows as R[]), deadlineMs: opts.deadlineMs },
-      });
+        reject: (err) => {
+          withdraw?.removeEventListener('abort', onWithdraw);
+          reject(err);
+        },
+        statement: {
+          text,
+          values,
+          done: (rows) => {
+            withdraw?.removeEventListener('abort', onWithdraw);
+            resolve(rows as R[]);
+          },
+          deadlineMs: opts.deadlineMs,
+        },
+      };
+      this.pending.push(op);
+      withdraw?.addEventListener('abort', onWithdraw, { once: true });
       this.scheduleFlush();
     });
   }
