@@ -98,7 +98,7 @@ describe.each(lockKinds)('conformance: $name', (kind) => {
     const controller = new AbortController();
     const reason = new Error('caller gave up');
     const waiting = p.b.withLock('conformance:cancel', async () => 'ran', { timeoutMs: 60_000, signal: controller.signal });
-    await sleep(100);
+    await eventually(async () => (await p.b.waiting()) === 1, 15_000, 'the wait to start');
     controller.abort(reason);
     await expect(waiting).rejects.toBe(reason);
     release();
@@ -112,6 +112,111 @@ describe.each(lockKinds)('conformance: $name', (kind) => {
     expect(await p.a.reenter('conformance:reenter')).toBeInstanceOf(NestedLockError);
     // And the refused attempt left the lock free.
     expect((await p.b.tryWithLock('conformance:reenter', async () => 1)).acquired).toBe(true);
+  });
+});
+
+/** `a` takes `name` and keeps it until `release()`; resolves once it holds it. */
+async function hold(a: Participant, name: string): Promise<{ release(): void; done: Promise<unknown> }> {
+  let release!: () => void;
+  const held = new Promise<void>((r) => (release = r));
+  let entered!: () => void;
+  const inside = new Promise<void>((r) => (entered = r));
+  const done = a.withLock(name, async () => {
+    entered();
+    await held;
+  });
+  await inside;
+  return { release, done };
+}
+
+/** Pauses between the holder's release and the waiter's close / cancel / timeout, cycled over the iterations. */
+const RACE_DELAYS_MS = [0, 0, 1, 2, 3, 5, 10];
+
+describe.each(lockKinds)('conformance, late grants: $name', (kind) => {
+  let url: string;
+  let c: Participant;
+  beforeAll(async () => {
+    url = (await useMigratedDatabase(`conf_late_${kind.name}`)).url;
+    c = await kind.open(url);
+  });
+  afterAll(async () => {
+    await c?.close();
+  });
+
+  /** Nothing of `name` is left held: a third participant takes it at once (or, after a late give-back, soon). */
+  async function expectFree(name: string, soonMs = 0): Promise<void> {
+    if (soonMs === 0) {
+      expect(await c.tryWithLock(name, async () => 'free')).toEqual({ acquired: true, value: 'free' });
+      return;
+    }
+    // Far shorter than a leaked lease's TTL (15 s) or a leaked session lock's life (forever).
+    await eventually(async () => (await c.tryWithLock(name, async () => 'free')).acquired, soonMs, `${name} to be free`);
+  }
+
+  it('a grant that lands during close is released, never leaked', async () => {
+    for (let i = 0; i < 30; i++) {
+      const name = `conformance:late:close:${i}`;
+      const [a, b] = await Promise.all([kind.open(url), kind.open(url)]);
+      try {
+        const holder = await hold(a, name);
+        const waiting = b.withLock(name, async () => 'ran', { timeoutMs: 60_000 }).catch((err: unknown) => err);
+        await eventually(async () => (await b.waiting()) === 1, 15_000, 'the wait to start');
+        holder.release();
+        await holder.done;
+        await sleep(RACE_DELAYS_MS[i % RACE_DELAYS_MS.length]!);
+        await b.close();
+        await waiting;
+        await expectFree(name);
+      } finally {
+        await Promise.all([a.close(), b.close()]);
+      }
+    }
+  });
+
+  it('a grant that lands as the wait times out is released, never leaked', async () => {
+    const [a, b] = await Promise.all([kind.open(url), kind.open(url)]);
+    try {
+      for (let i = 0; i < 14; i++) {
+        const name = `conformance:late:timeout:${i}`;
+        const holder = await hold(a, name);
+        const timeoutMs = 300;
+        const started = performance.now();
+        const waiting = b.withLock(name, async () => 'ran', { timeoutMs }).catch((err: unknown) => err);
+        await eventually(async () => (await b.waiting()) === 1, 15_000, 'the wait to start');
+        // Release within a few ms of the timeout, on either side of it.
+        await sleep(Math.max(0, started + timeoutMs - performance.now() - 5 + RACE_DELAYS_MS[i % RACE_DELAYS_MS.length]!));
+        holder.release();
+        await holder.done;
+        const outcome = await waiting;
+        expect(outcome === 'ran' || outcome instanceof LockTimeoutError, String(outcome)).toBe(true);
+        await expectFree(name, 5000);
+      }
+    } finally {
+      await Promise.all([a.close(), b.close()]);
+    }
+  });
+
+  it('a grant that lands as the wait is cancelled is released, never leaked', async () => {
+    const [a, b] = await Promise.all([kind.open(url), kind.open(url)]);
+    try {
+      for (let i = 0; i < 14; i++) {
+        const name = `conformance:late:cancel:${i}`;
+        const holder = await hold(a, name);
+        const controller = new AbortController();
+        const reason = new Error('cancelled');
+        const waiting = b.withLock(name, async () => 'ran', { timeoutMs: 60_000, signal: controller.signal }).catch((err: unknown) => err);
+        await eventually(async () => (await b.waiting()) === 1, 15_000, 'the wait to start');
+        holder.release();
+        await holder.done;
+        await sleep(RACE_DELAYS_MS[i % RACE_DELAYS_MS.length]!);
+        controller.abort(reason);
+        const outcome = await waiting;
+        expect(outcome === 'ran' || outcome === reason, String(outcome)).toBe(true);
+        await expectFree(name, 5000);
+      }
+    } finally {
+      await Promise.all([a.close(), b.close()]);
+    }
   });
 });
 
@@ -138,7 +243,7 @@ describe.each(lockKinds.filter((k) => k.shared))('conformance, shared mode: $nam
     expect((await p.c.tryWithLock('conformance:rw', async () => 1)).acquired).toBe(false);
     const order: string[] = [];
     const writer = p.c.withLock('conformance:rw', async () => order.push('writer'), { timeoutMs: 30_000 });
-    await sleep(150);
+    await eventually(async () => (await p.c.waiting()) === 1, 15_000, 'the writer to wait');
     order.push('readers done');
     release();
     await Promise.all(readers);

@@ -89,9 +89,11 @@ describe('an unreachable database', () => {
     try {
       const err = await rejection(locker.acquire('silent', { timeoutMs: 200 }));
       expect(err).toBeInstanceOf(LockUnavailableError);
-      expect((err as Error).message).toMatch(/could not connect to PostgreSQL within 200 ms/);
+      // The first try's answer decides (busy is never guessed from a pending connection): the attempt's own
+      // failure, with what the driver said as its cause.
+      expect((err as Error).message).toMatch(/could not connect to PostgreSQL/);
       expect((err as Error).cause).toBeInstanceOf(Error);
-      expect(((err as Error).cause as Error).message).toMatch(/no answer to the connection attempt/);
+      expect(((err as Error).cause as Error).message).toMatch(/timeout|no answer/i);
     } finally {
       server.close();
       for (const s of sockets) s.destroy();

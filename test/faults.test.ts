@@ -1,8 +1,9 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
+import pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { createLocker, LockLostError, LockUnavailableError, type LostEvent } from '../src/index.js';
-import { appName, eventually, freePortUrl, killBackends, track, useTestDatabase } from './support/db.js';
+import { appName, eventually, freePortUrl, killBackends, track, useMigratedDatabase, useTestDatabase } from './support/db.js';
 import { TcpProxy } from './support/tcp-proxy.js';
 
 let db: Awaited<ReturnType<typeof useTestDatabase>>;
@@ -116,5 +117,105 @@ describe('a network blackhole under a held lock', () => {
     } finally {
       await proxy.close();
     }
+  });
+});
+
+describe('loss detection', () => {
+  it('sees a loss within keepaliveMs + the probe deadline of the last answer (the documented bound)', async () => {
+    const target = new URL(db.url);
+    const proxy = await new TcpProxy(target.hostname, Number(target.port || 5432)).start();
+    try {
+      const url = new URL(db.url);
+      url.port = String(proxy.port);
+      const keepaliveMs = 1000;
+      const deadlineMs = Math.max(2 * keepaliveMs, 2000);
+      const locker = track(createLocker({ connectionString: url.toString(), keepaliveMs, maxSessions: 1 }));
+      const h = await locker.acquire(7_000_001n); // a key, not a name: no name-registry traffic on the side
+      const session = proxy.toServer[proxy.toServer.length - 1]!.conn;
+      const acquiredAt = performance.now();
+      // Cut the network right after the answer to a keepalive probe: that answer is the last sign of life.
+      await eventually(() => proxy.toClient.some((c) => c.conn === session && c.at > acquiredAt + keepaliveMs / 2), 20_000, 'a probe answered');
+      proxy.blackhole();
+      const lastAnswerAt = proxy.toClient.filter((c) => c.conn === session).at(-1)!.at;
+      let lostAt = 0;
+      h.signal.addEventListener('abort', () => (lostAt = performance.now()), { once: true });
+      await eventually(() => lostAt > 0, 20_000, 'the loss');
+      const detectedMs = lostAt - lastAnswerAt;
+      // The bound itself (the loss cannot be seen earlier), with slack for late timers on a loaded machine; a
+      // check on a keepaliveMs/4 tick overran it by ~250 ms here.
+      expect(detectedMs).toBeGreaterThanOrEqual(keepaliveMs + deadlineMs - 5);
+      expect(detectedMs, `seen after ${Math.round(detectedMs)} ms`).toBeLessThan(keepaliveMs + deadlineMs + 200);
+    } finally {
+      await proxy.close();
+    }
+  });
+});
+
+describe('a lock lost while the holder cannot hear of it', () => {
+  it('release() reports false and the signal aborts when the backend died behind a blackhole', async () => {
+    const target = new URL(db.url);
+    const proxy = await new TcpProxy(target.hostname, Number(target.port || 5432)).start();
+    try {
+      const app = appName('silent');
+      const url = new URL(db.url);
+      url.port = String(proxy.port);
+      url.searchParams.set('application_name', app);
+      // The next keepalive is due after release() is called: the loss is first met by release() itself.
+      const holder = track(createLocker({ connectionString: url.toString(), keepaliveMs: 2000 }));
+      const other = track(createLocker({ connectionString: db.url }));
+      const h = await holder.acquire('fault:silent');
+      proxy.blackhole();
+      expect(await killBackends(db.url, app)).toBeGreaterThan(0);
+      const taken = await other.acquire('fault:silent', { timeoutMs: 15_000 }); // the lock is someone else's now
+      expect(await h.release()).toBe(false);
+      expect(h.signal.aborted).toBe(true);
+      expect(h.signal.reason).toBeInstanceOf(LockLostError);
+      await taken.release();
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it('a permit: release() reports false and the signal aborts', async () => {
+    const target = new URL(db.url);
+    const proxy = await new TcpProxy(target.hostname, Number(target.port || 5432)).start();
+    try {
+      const app = appName('silentsem');
+      const url = new URL(db.url);
+      url.port = String(proxy.port);
+      url.searchParams.set('application_name', app);
+      const holder = track(createLocker({ connectionString: url.toString(), keepaliveMs: 2000 }));
+      const other = track(createLocker({ connectionString: db.url }));
+      const permit = await holder.semaphore('fault:silent:sem', { permits: 1 }).acquire();
+      proxy.blackhole();
+      expect(await killBackends(db.url, app)).toBeGreaterThan(0);
+      const taken = await other.semaphore('fault:silent:sem', { permits: 1 }).acquire({ timeoutMs: 15_000 });
+      expect(await permit.release()).toBe(false);
+      expect(permit.signal.reason).toBeInstanceOf(LockLostError);
+      await taken.release();
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it('a lease: release() reports false and the signal aborts once another holder has it', async () => {
+    const migrated = await useMigratedDatabase('faults_lease');
+    const holder = track(createLocker({ connectionString: migrated.url }));
+    const other = track(createLocker({ connectionString: migrated.url }));
+    const lease = await holder.lease('fault:silent:lease', { ttlMs: 60_000, renew: false });
+    // The row is taken over behind the holder's back (its local deadline is far away).
+    const admin = new pg.Client({ connectionString: migrated.url });
+    await admin.connect();
+    try {
+      await admin.query('UPDATE pgfence.leases SET expires_at = clock_timestamp() WHERE key = $1', [lease.key]);
+    } finally {
+      await admin.end();
+    }
+    const taken = await other.tryLease('fault:silent:lease');
+    expect(taken).not.toBeNull();
+    expect(lease.signal.aborted).toBe(false);
+    expect(await lease.release()).toBe(false);
+    expect(lease.signal.reason).toBeInstanceOf(LockLostError);
+    await taken!.release();
   });
 });

@@ -11,7 +11,7 @@ import {
   type LeaderElection,
   type PgfenceError,
 } from '../src/index.js';
-import { appName, eventually, killBackends, track, useMigratedDatabase } from './support/db.js';
+import { appName, eventually, killBackends, sleep, track, useMigratedDatabase } from './support/db.js';
 
 let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
 
@@ -152,6 +152,28 @@ describe('leader election', () => {
     expect((term.reason as PgfenceError).code).toBe('PGFENCE_RESIGNED');
     await expect(leader.election.whenElected()).rejects.toMatchObject({ code: 'PGFENCE_RESIGNED' });
   });
+  it('a lease granted to a candidate as its locker closes is released, never leaked', async () => {
+    const judge = track(createLocker({ connectionString: db.url }));
+    for (const [i, delayMs] of [0, 0, 1, 2, 3, 5, 10, 0, 1, 3].entries()) {
+      const name = `leader:late:${i}`;
+      const a = createLocker({ connectionString: db.url });
+      const b = createLocker({ connectionString: db.url });
+      try {
+        const first = a.leader(name, { ttlMs: 30_000 });
+        await first.whenElected();
+        b.leader(name, { ttlMs: 30_000 });
+        await eventually(() => b.stats().waiting === 1, 15_000, 'the second candidate to wait');
+        await a.close(); // the leader's lease goes back, and the waiting candidate is woken
+        await sleep(delayMs);
+        await b.close();
+        const lease = await judge.tryLease(name);
+        expect(lease, `iteration ${i}: the lease was left held`).not.toBeNull();
+        await lease!.release();
+      } finally {
+        await Promise.all([a.close(), b.close()]);
+      }
+      }
+    });
 });
 
 describe('a lease handle read after a pause', () => {

@@ -9,7 +9,7 @@ import {
   type ReleasedEvent,
   type TimeoutEvent,
 } from '../src/index.js';
-import { appName, eventually, sleep, track, useTestDatabase } from './support/db.js';
+import { appName, eventually, killBackends, track, useTestDatabase } from './support/db.js';
 
 let db: Awaited<ReturnType<typeof useTestDatabase>>;
 let admin: pg.Client;
@@ -90,7 +90,7 @@ describe('one locker', () => {
     const h = await locker.acquire('one:reentrant');
     expect(await locker.tryAcquire('one:reentrant')).toBeNull();
     const second = locker.acquire('one:reentrant', { timeoutMs: 10_000 });
-    await sleep(50);
+    await eventually(() => locker.stats().waiting === 1, 15_000, 'the second request to wait');
     await h.release();
     const h2 = await second;
     // One server-side hold, whoever held it locally.
@@ -120,9 +120,9 @@ describe('one locker', () => {
     const locker = open({ connectionString: db.urlWith({ application_name: app }), maxSessions: 2 });
     const handles = await Promise.all(Array.from({ length: 500 }, (_, i) => locker.acquire(`mux:${i}`)));
     expect(await advisoryLocksOf(app)).toBe(500);
-    // The backends that hold them (the name registry's short-statement connection shares the application name).
+    // The backends that hold them (the pool's short-statement connection, say for the name registry, holds none).
     const { rows } = await admin.query<{ n: number }>(
-      `SELECT count(DISTINCT l.pid)::int AS n FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+      `SELECT count(DISTINCT l.pid)::int AS n FROM pg_locks l JOIN pg_stat_activity a USING (pid)
         WHERE l.locktype = 'advisory' AND a.application_name = $1`,
       [app],
     );
@@ -158,6 +158,87 @@ describe('one locker', () => {
     expect(await h.release()).toBe(false);
     await taken.release();
     await expect(locker.acquire('close:after')).rejects.toThrow(/closed/);
+  });
+});
+
+describe('a busy lock is not an unreachable database', () => {
+  it('a short timeout on a busy key is LockTimeoutError (tryAcquire: null), even before the locker has connected', async () => {
+    const holder = open();
+    const h = await holder.acquire('busy:short');
+    try {
+      for (const timeoutMs of [1, 1, 1, 5, 20]) {
+        const fresh = createLocker({ connectionString: db.url });
+        try {
+          const err = await fresh.acquire('busy:short', { timeoutMs }).catch((e: unknown) => e);
+          expect(err, `timeoutMs ${timeoutMs}: ${String(err)}`).toBeInstanceOf(LockTimeoutError);
+        } finally {
+          await fresh.close();
+        }
+      }
+      // A locker whose sessions are up, but whose waiter session is not connected yet.
+      const warm = open();
+      await (await warm.acquire('busy:warm-up')).release();
+      for (let i = 0; i < 3; i++) {
+        const err = await warm.acquire('busy:short', { timeoutMs: 1 }).catch((e: unknown) => e);
+        expect(err, String(err)).toBeInstanceOf(LockTimeoutError);
+      }
+      const fresh = createLocker({ connectionString: db.url });
+      try {
+        expect(await fresh.tryAcquire('busy:short')).toBeNull();
+      } finally {
+        await fresh.close();
+      }
+    } finally {
+      await h.release();
+    }
+  });
+
+  it('a short timeout on a free key before the locker has connected is not reported as unreachable', async () => {
+    const fresh = createLocker({ connectionString: db.url });
+    try {
+      const outcome = await fresh.acquire('free:short', { timeoutMs: 1 }).catch((e: unknown) => e);
+      expect(outcome instanceof LockTimeoutError || (outcome as { key?: unknown }).key !== undefined, String(outcome)).toBe(true);
+      if (!(outcome instanceof Error)) await (outcome as { release(): Promise<boolean> }).release();
+    } finally {
+      await fresh.close();
+    }
+  });
+});
+
+describe('logging of close', () => {
+  /** A logger that keeps every entry, by level. */
+  function capture() {
+    const entries: { level: string; msg: string }[] = [];
+    const at = (level: string) => (_obj: object, msg?: string) => void entries.push({ level, msg: msg ?? '' });
+    return { entries, logger: { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') } };
+  }
+
+  it('a normal close() is not a loss: logged at debug, no warning', async () => {
+    const { entries, logger } = capture();
+    const locker = createLocker({ connectionString: db.url, logger });
+    const other = open();
+    // Open every kind of connection: the sessions, the waiter session, the release listener.
+    const held = await Promise.all([locker.acquire('log:close:1'), locker.acquire('log:close:2')]);
+    const busy = await other.acquire('log:close:3');
+    const waiting = locker.acquire('log:close:3', { timeoutMs: 30_000 }).catch((err: unknown) => err);
+    await eventually(() => locker.stats().waiting === 1, 15_000, 'the wait to start');
+    await busy.release();
+    const h3 = await waiting;
+    await locker.close();
+    expect(held.every((h) => h.signal.aborted === false)).toBe(true);
+    expect((h3 as { signal: AbortSignal }).signal.aborted).toBe(false);
+    expect(entries.filter((e) => e.level === 'warn' || e.level === 'error')).toEqual([]);
+    expect(entries.some((e) => e.level === 'debug' && /session closed/.test(e.msg))).toBe(true);
+  });
+
+  it('a real loss is still a warning', async () => {
+    const { entries, logger } = capture();
+    const app = appName('logloss');
+    const locker = open({ connectionString: db.urlWith({ application_name: app }), logger });
+    const h = await locker.acquire('log:loss');
+    await killBackends(db.url, app);
+    await eventually(() => h.signal.aborted, 15_000, 'the loss');
+    expect(entries.some((e) => e.level === 'warn' && /session lost/.test(e.msg))).toBe(true);
   });
 });
 
@@ -277,7 +358,7 @@ describe('waiting', () => {
         await h.release();
       }),
     );
-    await sleep(100);
+    await eventually(() => waiter.stats().waiting === 3, 15_000, 'all three to wait');
     await k3.release();
     await eventually(() => got.includes('wait:3'), 15_000, 'the third key');
     await k2.release();
@@ -286,6 +367,27 @@ describe('waiting', () => {
     await k1.release();
     await Promise.all(waits);
     expect(got).toEqual(['wait:3', 'wait:2', 'wait:1']);
+  });
+});
+
+describe('an unbounded wait', () => {
+  it('timeoutMs: Infinity waits on the waiter session without a timer storm, and gets the lock once it is free', async () => {
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.name);
+    process.on('warning', onWarning);
+    try {
+      const holder = open();
+      const waiter = open();
+      const h = await holder.acquire('wait:infinite');
+      const waiting = waiter.acquire('wait:infinite', { timeoutMs: Infinity });
+      await eventually(() => waiter.stats().waiting === 1, 15_000, 'the wait to start');
+      await new Promise((r) => setTimeout(r, 200)); // time for a storm of 1 ms timers to show
+      await h.release();
+      await (await waiting).release();
+      expect(warnings.filter((w) => w === 'TimeoutOverflowWarning')).toEqual([]);
+    } finally {
+      process.off('warning', onWarning);
+    }
   });
 });
 

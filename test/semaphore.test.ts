@@ -40,7 +40,8 @@ describe('semaphores', () => {
 
   it('a full semaphore refuses a try, times out a wait, and honours a signal', async () => {
     const sem = open().semaphore('sem:full', { permits: 2 });
-    const other = open().semaphore('sem:full', { permits: 2 });
+    const otherLocker = open();
+    const other = otherLocker.semaphore('sem:full', { permits: 2 });
     const held = [await sem.acquire(), await sem.acquire()];
     expect(held[0]!.key).not.toBe(held[1]!.key);
     expect(await other.tryAcquire()).toBeNull();
@@ -49,11 +50,12 @@ describe('semaphores', () => {
     const reason = new Error('stop waiting');
     const c = new AbortController();
     const waiting = other.acquire({ timeoutMs: 30_000, signal: c.signal });
-    setTimeout(() => c.abort(reason), 50);
+    await eventually(() => otherLocker.stats().waiting === 1, 15_000, 'the wait to start');
+    c.abort(reason);
     await expect(waiting).rejects.toBe(reason);
     // A release wakes a waiter elsewhere.
     const next = other.acquire({ timeoutMs: 30_000 });
-    await sleep(50);
+    await eventually(() => otherLocker.stats().waiting === 1, 15_000, 'the wait to start');
     expect(await held[0]!.release()).toBe(true);
     const p = await next;
     expect(p.name).toBe('sem:full');
@@ -87,5 +89,44 @@ describe('semaphores', () => {
     expect(() => locker.semaphore('', { permits: 1 })).toThrow(InvalidArgumentError);
     await expect(sem.acquire({ timeoutMs: -5 })).rejects.toBeInstanceOf(InvalidArgumentError);
     await expect(sem.tryAcquire({ timeoutMs: 5 } as never)).rejects.toBeInstanceOf(InvalidArgumentError);
+  });
+
+  it('a permit granted during close, timeout or cancel is given back, never leaked', async () => {
+    const delays = [0, 0, 1, 2, 3, 5, 10];
+    const third = open().semaphore('sem:late', { permits: 1 });
+    const expectFree = async (soonMs: number) => {
+      const check = async () => {
+        const p = await third.tryAcquire();
+        if (p) await p.release();
+        return p !== null;
+      };
+      if (soonMs === 0) expect(await check()).toBe(true);
+      else await eventually(check, soonMs, 'the permit to be free');
+    };
+    const holder = open().semaphore('sem:late', { permits: 1 });
+    for (let i = 0; i < 21; i++) {
+      const held = await holder.acquire();
+      const waiterLocker = createLocker({ connectionString: db.url });
+      const controller = new AbortController();
+      const way = (['close', 'timeout', 'cancel'] as const)[i % 3];
+      const timeoutMs = way === 'timeout' ? 300 : 60_000;
+      const started = performance.now();
+      const waiting = waiterLocker
+        .semaphore('sem:late', { permits: 1 })
+        .acquire({ timeoutMs, signal: controller.signal })
+        .then((p) => p.release(), (err: unknown) => err);
+      try {
+        await eventually(() => waiterLocker.stats().waiting === 1, 15_000, 'the wait to start');
+        if (way === 'timeout') await sleep(Math.max(0, started + timeoutMs - performance.now() - 5 + delays[i % 7]!));
+        await held.release();
+        if (way !== 'timeout') await sleep(delays[i % 7]!);
+        if (way === 'close') await waiterLocker.close();
+        if (way === 'cancel') controller.abort(new Error('cancelled'));
+        await waiting;
+        await expectFree(way === 'close' ? 0 : 5000);
+      } finally {
+        await waiterLocker.close();
+      }
+    }
   });
 });

@@ -71,6 +71,17 @@ export abstract class BaseHandle implements LockHandle {
     return true;
   }
 
+  /**
+   * The lock turned out to be gone while it was being released (the unlock found nothing held, or its
+   * session died before confirming): the release reports false, and the signal aborts all the same.
+   */
+  markLostOnRelease(err: LockLostError): boolean {
+    if (this.state !== 'released') return false;
+    this.state = 'lost';
+    (this.controller ??= new AbortController()).abort(err);
+    return true;
+  }
+
   /** Marks the handle released (the lock manager calls this as it lets go). */
   markReleased(): boolean {
     if (this.state !== 'held') return false;

@@ -10,11 +10,11 @@ import {
 import type { LockTarget } from '../keys.js';
 import type { LockMode, Observer } from '../observe/observer.js';
 import { setLongTimeout } from '../options.js';
-import { blockingLockSql, LEASE_HELD, Op, type OpCode } from '../session/advisory-sql.js';
+import { blockingLockSql, heldBySessionSql, LEASE_HELD, Op, type OpCode } from '../session/advisory-sql.js';
 import type { ReleaseListener } from '../session/listener.js';
 import type { Session } from '../session/session.js';
 import type { SessionPool } from '../session/session-pool.js';
-import { SessionLostError } from '../session/session.js';
+import { SessionLostError, WITHDRAWN } from '../session/session.js';
 import { BaseHandle } from './handle.js';
 
 export interface AcquireRequest {
@@ -70,6 +70,13 @@ interface Waiter {
    */
   leased: boolean;
   settled: boolean;
+  /**
+   * Its timeout passed before its first try was answered, because the session was still connecting: that
+   * answer decides (a grant, a timeout, or unavailable), within deadlineMs more.
+   */
+  expired: boolean;
+  /** Gave up while its try was in flight: the answer it gets once nothing of that try is left held. */
+  leaving: (() => void) | null;
   /** tryAcquire answers null on a timeout; acquire rejects with LockTimeoutError. */
   readonly nullOnTimeout: boolean;
   readonly resolve: (handle: AdvisoryLockHandle | null) => void;
@@ -95,8 +102,10 @@ interface KeyState {
   markerSession: Session | null;
   pollTimer: NodeJS.Timeout | null;
   pollDelayMs: number;
-  /** Resolvers of release() calls waiting for the unlock to complete. */
-  releaseWaiters: ((released: boolean) => void)[];
+  /** release() calls waiting for the unlock to complete. */
+  releaseWaiters: { handle?: AdvisoryLockHandle; resolve: (released: boolean) => void }[];
+  /** The waiter whose try is in flight, if any. */
+  attemptFor: Waiter | null;
   /** Until when local shared grants defer to waiters elsewhere (set when a release found some). */
   contendedUntil: number;
 }
@@ -120,7 +129,15 @@ interface KeyState {
 export class AdvisoryLockManager {
   private readonly states = new Map<bigint, KeyState>();
   /** The wait in progress on the waiter session, if any. */
-  private blocking: { state: KeyState; waiter: Waiter; session: Session; cancelling?: boolean; onEnd?: () => void } | null = null;
+  private blocking: {
+    state: KeyState;
+    waiter: Waiter;
+    session: Session;
+    /** Takes the statement back while it has not been sent (a server-side cancel cannot reach it yet). */
+    withdraw: AbortController;
+    cancelling?: boolean;
+    onEnd?: () => void;
+  } | null = null;
   private waitingCount = 0;
   private heldCount = 0;
   closed = false;
@@ -154,6 +171,8 @@ export class AdvisoryLockManager {
         contended: false,
         leased: false,
         settled: false,
+        expired: false,
+        leaving: null,
         nullOnTimeout,
         resolve,
         reject,
@@ -170,7 +189,8 @@ export class AdvisoryLockManager {
       }
       state.queue.push(waiter);
       this.waitingCount++;
-      if (state.queue.length > 1 || state.heldMode) {
+      // A hold with no holder left is being given back (a late grant, a release): not busy, just not free yet.
+      if (state.queue.length > 1 || (state.heldMode && state.holders.size > 0)) {
         // Busy here already: a single try fails at once; anyone else queues behind the local holders.
         if (request.timeoutMs === 0 && !this.canShare(state, waiter)) {
           if (this.settle(state, waiter)) this.finish(waiter, null);
@@ -212,7 +232,7 @@ export class AdvisoryLockManager {
       state.heldMode = null;
       state.session = null;
       for (const h of holders) this.loseHandle(state, h, 'session-lost', err);
-      this.settleReleases(state, false);
+      this.settleReleases(state, false, err);
       this.pump(state);
     }
   }
@@ -220,14 +240,39 @@ export class AdvisoryLockManager {
   /** Releases every held lock, fails every waiter, and stops. */
   async close(): Promise<void> {
     this.closed = true;
-    if (this.blocking) void this.sessions.cancel(this.blocking.session);
+    if (this.blocking) {
+      this.blocking.withdraw.abort();
+      void this.sessions.cancel(this.blocking.session);
+    }
     const unlocks: Promise<boolean>[] = [];
     for (const state of this.states.values()) {
       for (const w of [...state.queue]) if (this.settle(state, w)) w.reject(new LockerClosedError('the locker was closed'));
       for (const h of [...state.holders]) unlocks.push(h.release());
     }
     await Promise.all(unlocks);
+    // Operations still in flight may yet grant (a try, a blocking wait that was just cancelled): wait until each
+    // has answered and what it granted is given back, so that others can take it as soon as close() resolves.
+    // Bounded: the sessions are ended next, and the server then frees whatever is left anyway.
+    await new Promise<void>((resolve) => {
+      const bound = setTimeout(resolve, this.deadlineMs);
+      this.onDrained = () => {
+        clearTimeout(bound);
+        resolve();
+      };
+      this.checkDrained();
+    });
     for (const state of this.states.values()) if (state.pollTimer) clearTimeout(state.pollTimer);
+  }
+
+  private onDrained: (() => void) | null = null;
+
+  /** After close: resolves close()'s wait once no key has an operation in flight or a lock held. */
+  private checkDrained(): void {
+    if (!this.onDrained || this.blocking) return;
+    for (const st of this.states.values()) if (st.busy || st.heldMode) return;
+    const done = this.onDrained;
+    this.onDrained = null;
+    done();
   }
 
   /** A handle gives its lock back. */
@@ -238,7 +283,7 @@ export class AdvisoryLockManager {
     this.observer.released(handle);
     if (state.holders.size > 0) return Promise.resolve(true); // other local shared holders keep the server hold
     return new Promise((resolve) => {
-      state.releaseWaiters.push(resolve);
+      state.releaseWaiters.push({ handle, resolve });
       this.pump(state);
     });
   }
@@ -278,6 +323,7 @@ export class AdvisoryLockManager {
       this.unregisterMarker(state);
       return;
     }
+    if (this.closed) this.checkDrained();
     // Idle: keep the state for the next use of the key (and what it learned of contention), within bounds.
     if (state.heldMode === null && state.releaseWaiters.length === 0 && this.states.size > MAX_IDLE_STATES) {
       if (state.pollTimer) clearTimeout(state.pollTimer);
@@ -303,16 +349,22 @@ export class AdvisoryLockManager {
     else if (head.yielded) code = shared ? Op.waitPoliteTryShared : Op.waitPoliteTryExclusive;
     else code = shared ? Op.waitTryShared : Op.waitTryExclusive;
     state.busy = true;
+    state.attemptFor = head;
     state.wakePending = false;
     this.clearPoll(state);
     const onResult = (result: number, token: bigint | null) => {
       state.busy = false;
+      state.attemptFor = null;
       if (registersMarker(code) && (result & 2) === 0) state.markerSession = session;
       if ((result & 1) === 1) {
         state.heldMode = head.request.mode;
         state.session = session;
-        // A waiter that gave up while the grant was in flight gets nothing: pump() unlocks at once.
-        if (!head.settled) this.grant(state, head, session, token);
+        // A waiter that gave up while the grant was in flight gets nothing: pump() unlocks at once, and one that
+        // is still leaving hears its answer once the unlock is done.
+        const leaving = head.leaving;
+        if (leaving) {
+          if (this.settle(state, head)) state.releaseWaiters.push({ resolve: () => leaving() });
+        } else if (!head.settled) this.grant(state, head, session, token);
         this.pump(state);
         return;
       }
@@ -323,13 +375,15 @@ export class AdvisoryLockManager {
     };
     const onError = (err: Error) => {
       state.busy = false;
+      state.attemptFor = null;
       if (err instanceof SessionLostError && err.connected && !this.closed) {
         // The session died under the attempt: try again on its replacement.
         this.pump(state);
         return;
       }
       const failure = err instanceof PgfenceError ? err : new LockUnavailableError(err.message, { cause: err });
-      if (this.settle(state, head)) head.reject(failure);
+      const leaving = head.leaving;
+      if (this.settle(state, head)) (leaving ?? (() => head.reject(failure)))();
       this.pump(state);
     };
     if (head.request.fencing) session.runFenced(code, state.key).then(({ result, token }) => onResult(result, token), onError);
@@ -337,8 +391,16 @@ export class AdvisoryLockManager {
   }
 
   private onBusy(state: KeyState, head: Waiter, registrationFailed: boolean): void {
+    if (head.leaving) {
+      const leaving = head.leaving;
+      if (this.settle(state, head)) leaving();
+    }
     if (head.settled) {
       this.pump(state);
+      return;
+    }
+    if (head.expired) {
+      this.timedOut(state, head);
       return;
     }
     if (head.request.timeoutMs === 0) {
@@ -387,7 +449,7 @@ export class AdvisoryLockManager {
     const { mode, timeoutMs, fencing } = head.request;
     const remaining = timeoutMs === Infinity ? Infinity : head.startedAt + timeoutMs - performance.now();
     if (remaining <= 0) return this.schedulePoll(state, 1); // the timer settles the head
-    const blocking: NonNullable<typeof this.blocking> = { state, waiter: head, session };
+    const blocking: NonNullable<typeof this.blocking> = { state, waiter: head, session, withdraw: new AbortController() };
     this.blocking = blocking;
     state.busy = true;
     this.clearPoll(state);
@@ -396,7 +458,7 @@ export class AdvisoryLockManager {
       .statement<{ r: number; token: string | null }>(
         (guarded) => blockingLockSql(mode === 'shared', fencing, guarded).text,
         [state.key, lockTimeout],
-        { deadlineMs: remaining + this.deadlineMs },
+        { deadlineMs: remaining + this.deadlineMs, withdraw: blocking.withdraw.signal },
       )
       .then(
         (rows) => {
@@ -421,8 +483,32 @@ export class AdvisoryLockManager {
           state.busy = false;
           blocking.onEnd?.();
           const code = (err as { code?: unknown })?.code;
-          if (code === '55P03' || code === '57014' || (err instanceof SessionLostError && err.connected)) {
-            // The wait ran out or was cancelled (the timer or the signal settles the head), or the session died: go on.
+          if (code === WITHDRAWN) {
+            // Taken back before it was sent: it never waited, and holds nothing.
+            if (!head.settled && !this.closed) this.schedulePoll(state, 1);
+            else this.pump(state);
+            return;
+          }
+          if (code === '55P03' || code === '57014') {
+            // PostgreSQL may grant the lock in the very moment its lock_timeout or a cancel fires: the statement
+            // fails, yet the session lock is held (LockErrorCleanup keeps a grant it finds). Look, give it back if
+            // so, then go on as after a timeout.
+            state.busy = true;
+            const goOn = () => {
+              state.busy = false;
+              if (!head.settled && !this.closed) this.schedulePoll(state, 1);
+              else this.pump(state);
+            };
+            const unlock = () => session.submit(mode === 'shared' ? Op.unlockShared : Op.unlockExclusive, state.key, goOn, goOn);
+            const heldMode = mode === 'shared' ? 'ShareLock' : 'ExclusiveLock';
+            session.statement<{ space: number; key: string; mode: string }>(heldBySessionSql, []).then(
+              (rows) => (rows.some((r) => r.space === 1 && r.key === String(state.key) && r.mode === heldMode) ? unlock() : goOn()),
+              unlock, // the look itself failed (a second cancel, say): unlock anyway (harmless when not held)
+            );
+            return;
+          }
+          if (err instanceof SessionLostError && err.connected) {
+            // The session died (and what it held with it): go on.
             if (!head.settled && !this.closed) this.schedulePoll(state, 1);
             else this.pump(state);
             return;
@@ -442,18 +528,20 @@ export class AdvisoryLockManager {
     const session = state.session!;
     const code = state.heldMode === 'shared' ? Op.unlockShared : Op.unlockExclusive;
     state.busy = true;
-    const done = (result: number) => {
+    const done = (result: number, lostCause?: Error) => {
       state.busy = false;
       if (state.session === session) {
         state.heldMode = null;
         state.session = null;
       }
       if (result === 3) state.contendedUntil = performance.now() + 1000;
-      this.settleReleases(state, true);
+      // 0: the backend no longer held it (the lock was lost before this release).
+      this.settleReleases(state, result !== 0, lostCause ?? new Error('the session no longer held the lock'));
       this.pump(state);
     };
-    // A failed unlock leaves nothing held: the session is gone, or reconciliation undid it.
-    session.submit(code, state.key, done, () => done(0));
+    // A failed unlock leaves nothing held: the session is gone, or reconciliation undid it. A dead session
+    // cannot say whether the lock lasted until the unlock: that release is a loss.
+    session.submit(code, state.key, done, (err) => (err instanceof SessionLostError ? done(0, err) : done(1)));
   }
 
   private unregisterMarker(state: KeyState): void {
@@ -528,6 +616,7 @@ export class AdvisoryLockManager {
       // Interrupt the blocked wait and settle once it has left PostgreSQL's queue (so that, when this call
       // rejects, nothing of it is left in the database), or after a short grace if the server is silent.
       blocking.cancelling = true;
+      blocking.withdraw.abort();
       void this.sessions.cancel(blocking.session);
       const grace = setTimeout(() => this.giveUp(state, waiter, abortReason), CANCEL_GRACE_MS);
       blocking.onEnd = () => {
@@ -536,18 +625,46 @@ export class AdvisoryLockManager {
       };
       return;
     }
-    if (abortReason !== null) {
+    if (waiter.leaving) return;
+    if (abortReason === null && !waiter.expired && this.firstTryPending(state, waiter)) {
+      // Nothing is known yet, busy or unreachable: the first answer decides. The connection attempt is bounded
+      // by its own timeout; this bounds it once more (a caller's pool may have none).
+      waiter.expired = true;
+      waiter.timer = setTimeout(() => {
+        const err = new LockUnavailableError(`could not connect to PostgreSQL within ${Math.round(this.deadlineMs)} ms`, {
+          cause: this.connectingCause(waiter),
+        });
+        if (this.settle(state, waiter)) waiter.reject(err);
+        this.pump(state);
+      }, this.deadlineMs);
+    } else if (state.attemptFor === waiter) {
+      // Its try is in flight: answer once that is back (a grant it brings given back first), so that nothing of
+      // this request is left held when the caller hears of it; after a short grace if the server is silent.
+      waiter.leaving = abortReason !== null ? () => waiter.reject(abortReason) : () => this.answerTimeout(waiter);
+      if (waiter.timer) clearTimeout(waiter.timer);
+      waiter.cancelLongTimer?.();
+      waiter.cancelLongTimer = null;
+      waiter.timer = setTimeout(() => {
+        if (this.settle(state, waiter)) waiter.leaving!();
+        this.pump(state);
+      }, CANCEL_GRACE_MS);
+    } else if (abortReason !== null) {
       if (this.settle(state, waiter)) waiter.reject(abortReason);
-    } else if (this.unreachable(state)) {
-      const err = new LockUnavailableError(`could not connect to PostgreSQL within ${waiter.request.timeoutMs} ms`, {
-        cause: this.connectingCause(waiter),
-      });
-      if (this.settle(state, waiter)) waiter.reject(err);
+      this.pump(state);
     } else {
-      const waitMs = performance.now() - waiter.startedAt;
-      this.observer.timeout(info(waiter.request), waitMs);
-      if (this.settle(state, waiter)) this.finish(waiter, null);
+      this.timedOut(state, waiter);
     }
+  }
+
+  /** The waiter's first try is on its way over a session that is still connecting. */
+  private firstTryPending(state: KeyState, waiter: Waiter): boolean {
+    if (waiter.waiting || state.queue[0] !== waiter || !state.busy) return false;
+    return this.sessions.peek(state.key)?.state === 'connecting';
+  }
+
+  /** The wait ran out on a busy lock: LockTimeoutError, or null for tryAcquire. */
+  private timedOut(state: KeyState, waiter: Waiter): void {
+    if (this.settle(state, waiter)) this.answerTimeout(waiter);
     this.pump(state);
   }
 
@@ -562,10 +679,9 @@ export class AdvisoryLockManager {
     );
   }
 
-  /** True while the key's session has never connected: a timeout then means "unreachable", not "busy". */
-  private unreachable(state: KeyState): boolean {
-    const slotSession = this.sessions.peek(state.key);
-    return slotSession !== null && slotSession.state === 'connecting';
+  private answerTimeout(waiter: Waiter): void {
+    this.observer.timeout(info(waiter.request), performance.now() - waiter.startedAt);
+    this.finish(waiter, null);
   }
 
   /** Takes the waiter out of the line; false if it had already left (the caller then answers nothing). */
@@ -589,10 +705,17 @@ export class AdvisoryLockManager {
 
   private readonly onTimer = (state: KeyState, waiter: Waiter): void => this.giveUp(state, waiter, null);
 
-  private settleReleases(state: KeyState, released: boolean): void {
+  /** Answers the release() calls waiting on the key's unlock; when the lock was gone, each one's signal aborts. */
+  private settleReleases(state: KeyState, released: boolean, cause?: unknown): void {
     const waiters = state.releaseWaiters;
     state.releaseWaiters = [];
-    for (const resolve of waiters) resolve(released);
+    for (const { handle, resolve } of waiters) {
+      if (!released && handle) {
+        const err = new LockLostError(handle.name, handle.key, 'session-lost', { cause });
+        if (handle.markLostOnRelease(err)) this.observer.lost(handle, handle.holdMs, 'session-lost', err);
+      }
+      resolve(released);
+    }
   }
 
   private dropHolder(state: KeyState, handle: AdvisoryLockHandle): void {
@@ -627,6 +750,7 @@ export class AdvisoryLockManager {
         pollTimer: null,
         pollDelayMs: FIRST_POLL_MS,
         releaseWaiters: [],
+        attemptFor: null,
         contendedUntil: 0,
       };
       this.states.set(key, state);

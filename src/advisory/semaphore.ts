@@ -98,7 +98,8 @@ export class SemaphoreManager {
 
   async close(): Promise<void> {
     this.closed = true;
-    this.lines.close(closedError());
+    // Waiters fail first; a grant still in flight for one of them is handed back before the connections go.
+    await Promise.all([this.lines.close(closedError()), ...[...this.holding].map((h) => h.release())]);
     await Promise.all([...this.holding].map((h) => h.release()));
   }
 
@@ -107,12 +108,21 @@ export class SemaphoreManager {
     this.observer.released(handle);
     try {
       const rows = await handle.session.statement<{ released: boolean }>(releaseSlotSql, [handle.key, handle.baseKey]);
+      if (!rows[0]!.released) this.lostOnRelease(handle, new Error('the session no longer held the permit'));
       return rows[0]!.released;
-    } catch {
-      return false; // the session is gone, and the permit with it
+    } catch (err) {
+      // The session is gone, and the permit with it: nobody can say it lasted until now.
+      this.lostOnRelease(handle, err);
+      return false;
     } finally {
       this.lines.wake(handle.baseKey);
     }
+  }
+
+  /** A release found the permit gone, or could not confirm it: the signal aborts. */
+  private lostOnRelease(handle: PermitHandle, cause: unknown): void {
+    const err = new LockLostError(handle.name, handle.key, 'session-lost', { cause });
+    if (handle.markLostOnRelease(err)) this.observer.lost(handle, handle.holdMs, 'session-lost', err);
   }
 
   private lose(handle: PermitHandle, cause: Error): void {

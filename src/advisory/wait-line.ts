@@ -18,8 +18,8 @@ export type Attempt<H> = { granted: H } | { busy: true; retryInMs?: number };
 export interface WaitLineHooks<R extends LineRequest, H> {
   /** One attempt for the head of the line; `polite`: stand back if others already wait elsewhere. */
   attempt(request: R, polite: boolean): Promise<Attempt<H>>;
-  /** A grant arrived for a waiter that had already given up: hand it back. */
-  giveBack(handle: H): void;
+  /** A grant arrived for a waiter that had already given up: hand it back (resolves once it is back). */
+  giveBack(handle: H): Promise<unknown>;
   granted(request: R, handle: H, waitMs: number): void;
   contention(request: R): void;
   timeout(request: R, waitMs: number): void;
@@ -33,12 +33,16 @@ interface Waiter<R, H> {
   readonly startedAt: number;
   waiting: boolean;
   settled: boolean;
+  /** Gave up while its attempt was in flight: the answer it gets once that attempt is back (see giveUp). */
+  leaving: (() => void) | null;
   resolve(handle: H | null): void;
   reject(err: unknown): void;
-  cleanup(): void;
+  cleanup: () => void;
 }
 
 const FIRST_POLL_MS = 50;
+/** How long a waiter that gave up waits for its attempt in flight before it is answered anyway. */
+const LEAVE_GRACE_MS = 250;
 const MAX_POLL_MS = 1000;
 
 /**
@@ -55,6 +59,10 @@ export class WaitLine<R extends LineRequest, H> {
   private markerSession: Session | null = null;
   private pollTimer: NodeJS.Timeout | null = null;
   private pollDelayMs = FIRST_POLL_MS;
+  /** The head's attempt in flight, if any. */
+  private attempting: Promise<void> | null = null;
+  /** Late grants being handed back. */
+  private readonly givingBack = new Set<Promise<unknown>>();
 
   constructor(
     readonly key: bigint,
@@ -78,6 +86,7 @@ export class WaitLine<R extends LineRequest, H> {
         startedAt: performance.now(),
         waiting: false,
         settled: false,
+        leaving: null,
         resolve: (h) => (nullOnTimeout || h ? resolve(h) : reject(this.hooks.timeoutError(request))),
         reject,
         cleanup: () => {
@@ -111,9 +120,15 @@ export class WaitLine<R extends LineRequest, H> {
     if (this.markerSession === session) this.markerSession = null;
   }
 
-  close(reason: Error): void {
+  /**
+   * Fails every waiter; resolves once the attempt in flight has answered and whatever it granted has
+   * been handed back (so nothing is left held when the owner's connections go).
+   */
+  async close(reason: Error): Promise<void> {
     for (const w of [...this.queue]) this.settle(w, () => w.reject(reason));
     this.clearPoll();
+    await this.attempting;
+    await Promise.all(this.givingBack);
   }
 
   private drive(): void {
@@ -126,23 +141,37 @@ export class WaitLine<R extends LineRequest, H> {
     this.busy = true;
     this.wakePending = false;
     this.clearPoll();
-    this.hooks.attempt(head.request, !head.waiting).then(
+    const attempting: Promise<void> = this.hooks.attempt(head.request, !head.waiting).then(
       (outcome) => {
         this.busy = false;
+        if (this.attempting === attempting) this.attempting = null;
         if ('granted' in outcome) this.onGranted(head, outcome.granted);
         else this.onBusy(head, outcome.retryInMs);
       },
       (err: unknown) => {
         this.busy = false;
-        this.settle(head, () => head.reject(err));
+        if (this.attempting === attempting) this.attempting = null;
+        this.settle(head, head.leaving ?? (() => head.reject(err)));
         this.drive();
       },
     );
+    this.attempting = attempting;
   }
 
   private onGranted(head: Waiter<R, H>, handle: H): void {
-    if (head.settled) {
-      this.hooks.giveBack(handle);
+    if (head.settled || head.leaving) {
+      // The next in line looks only once this grant is back (else it would find its own locker holding it); a
+      // waiter that gave up meanwhile is answered then, so that nothing of it is left held when it is.
+      this.busy = true;
+      const back = this.hooks.giveBack(handle).catch(() => {});
+      this.givingBack.add(back);
+      void back.finally(() => {
+        this.givingBack.delete(back);
+        this.busy = false;
+        if (head.leaving) this.settle(head, head.leaving);
+        this.drive();
+      });
+      return;
     } else {
       const waitMs = performance.now() - head.startedAt;
       this.settle(head, () => head.resolve(handle));
@@ -152,6 +181,7 @@ export class WaitLine<R extends LineRequest, H> {
   }
 
   private onBusy(head: Waiter<R, H>, retryInMs: number | undefined): void {
+    if (head.leaving) this.settle(head, head.leaving);
     if (head.settled) return this.drive();
     if (head.request.timeoutMs === 0) {
       this.settle(head, () => head.resolve(null));
@@ -198,13 +228,27 @@ export class WaitLine<R extends LineRequest, H> {
   }
 
   private giveUp(waiter: Waiter<R, H>, abortReason: unknown): void {
-    if (waiter.settled) return;
-    if (abortReason !== null) {
-      this.settle(waiter, () => waiter.reject(abortReason));
-    } else {
-      this.hooks.timeout(waiter.request, performance.now() - waiter.startedAt);
-      this.settle(waiter, () => waiter.resolve(null));
+    if (waiter.settled || waiter.leaving) return;
+    const answer =
+      abortReason !== null
+        ? () => waiter.reject(abortReason)
+        : () => {
+            this.hooks.timeout(waiter.request, performance.now() - waiter.startedAt);
+            waiter.resolve(null);
+          };
+    if (this.attempting && this.queue[0] === waiter) {
+      // Its attempt is in flight: answer once it is back (a grant it brings handed back first), so that nothing of
+      // this request is left held when the caller hears of it; after a short grace if the database is silent.
+      waiter.leaving = answer;
+      const grace = setTimeout(() => this.settle(waiter, answer), LEAVE_GRACE_MS);
+      const cleanup = waiter.cleanup;
+      waiter.cleanup = () => {
+        clearTimeout(grace);
+        cleanup();
+      };
+      return;
     }
+    this.settle(waiter, answer);
     this.drive();
   }
 
@@ -263,8 +307,9 @@ export class WaitLines<R extends TargetRequest, H extends HeldLockInfo & { relea
     for (const line of this.lines.values()) line.sessionLost(session);
   }
 
-  close(reason: Error): void {
-    for (const line of [...this.lines.values()]) line.close(reason);
+  /** Fails every waiter; resolves once late grants have been handed back. */
+  async close(reason: Error): Promise<void> {
+    await Promise.all([...this.lines.values()].map((line) => line.close(reason)));
   }
 
   private lineOf(key: bigint): WaitLine<R, H> {
@@ -273,7 +318,7 @@ export class WaitLines<R extends TargetRequest, H extends HeldLockInfo & { relea
     const info = (request: R) => ({ kind: this.kind, name: request.target.name, key: request.target.key, mode: 'exclusive' as const });
     const line: WaitLine<R, H> = new WaitLine(key, this.sessions, this.listener, {
       attempt: this.attempt,
-      giveBack: (handle) => void handle.release(),
+      giveBack: (handle) => handle.release(),
       granted: (_request, handle, waitMs) => this.observer.acquired(handle, waitMs),
       contention: (request) => this.observer.contention(info(request)),
       timeout: (request, waitMs) => this.observer.timeout(info(request), waitMs),

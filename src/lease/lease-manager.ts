@@ -89,7 +89,8 @@ export class LeaseManager {
 
   async close(): Promise<void> {
     this.closed = true;
-    this.lines.close(closedError());
+    // Waiters fail first; a grant still in flight for one of them is handed back before the connections go.
+    await Promise.all([this.lines.close(closedError()), ...[...this.holding].map((h) => h.release())]);
     await Promise.all([...this.holding].map((h) => h.release()));
   }
 
@@ -118,12 +119,21 @@ export class LeaseManager {
     this.observer.released(handle);
     try {
       const { rows } = await this.source.pool.query<{ released: boolean }>(releaseLeaseSql, [handle.key, handle.token]);
+      if (!rows[0]!.released) this.lostOnRelease(handle, new Error('the lease was no longer this holder’s'));
       return rows[0]!.released;
-    } catch {
-      return false; // unreachable: the lease expires on its own at its TTL
+    } catch (err) {
+      // Unreachable: the lease expires on its own at its TTL, but nobody can say it lasted until now.
+      this.lostOnRelease(handle, err);
+      return false;
     } finally {
       this.lines.wake(handle.key);
     }
+  }
+
+  /** A release found the lease gone (expired, taken over) or could not confirm it: the signal aborts. */
+  private lostOnRelease(handle: LeaseHandleImpl, cause: unknown): void {
+    const err = new LockLostError(handle.name, handle.key, 'lease-expired', { cause });
+    if (handle.markLostOnRelease(err)) this.observer.lost(handle, handle.holdMs, 'lease-expired', err);
   }
 
   /** @internal */ lose(handle: LeaseHandleImpl, reason: LockLostReason, cause?: unknown): void {

@@ -37,6 +37,11 @@ const PROBE = 0;
 
 export type StatementText = string | ((guarded: boolean) => string);
 
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** The code of a statement taken back before it was sent (Session.statement's `withdraw`). */
+export const WITHDRAWN = 'PGFENCE_WITHDRAWN';
+
 /** Large batches are split: a statement with many thousand array elements gains nothing more. */
 const MAX_BATCH = 4096;
 
@@ -73,8 +78,9 @@ export class Session {
   private pending: PendingOp[] = [];
   private inFlight: PendingOp[] | null = null;
   private flushQueued = false;
-  /** One timer per session checks both the statement deadline and the keepalive cadence. */
-  private ticker: NodeJS.Timeout | null = null;
+  /** One timer per session, set for the next moment it must act: a statement's deadline or the next probe. */
+  private watchdog: NodeJS.Timeout | null = null;
+  private watchdogDue = Infinity;
   /** performance.now() when the statement in flight was sent, and when the session last heard back. */
   private sentAt = 0;
   private inFlightDeadlineMs = 0;
@@ -130,17 +136,38 @@ export class Session {
    * Queues a statement of its own on this session, in order with the operations around it. It must
    * not block, and a failure must leave no lock taken (the batch reconciliation does not cover it).
    */
-  statement<R>(text: StatementText, values: unknown[], opts: { deadlineMs?: number } = {}): Promise<R[]> {
+  statement<R>(text: StatementText, values: unknown[], opts: { deadlineMs?: number; withdraw?: AbortSignal } = {}): Promise<R[]> {
     return new Promise((resolve, reject) => {
       if (this.state === 'dead') return reject(this.lostError());
-      this.pending.push({
+      const { withdraw } = opts;
+      // `withdraw` takes the statement back while it has not been sent (a cancel cannot reach it yet).
+      const onWithdraw = () => {
+        const i = this.pending.indexOf(op);
+        if (i < 0) return; // sent already: only a server-side cancel reaches it now
+        this.pending.splice(i, 1);
+        reject(Object.assign(new Error('the statement was withdrawn before it was sent'), { code: WITHDRAWN }));
+      };
+      const op: PendingOp = {
         code: PROBE,
         key: 0n,
         fenced: false,
         resolve: () => {},
-        reject,
-        statement: { text, values, done: (rows) => resolve(rows as R[]), deadlineMs: opts.deadlineMs },
-      });
+        reject: (err) => {
+          withdraw?.removeEventListener('abort', onWithdraw);
+          reject(err);
+        },
+        statement: {
+          text,
+          values,
+          done: (rows) => {
+            withdraw?.removeEventListener('abort', onWithdraw);
+            resolve(rows as R[]);
+          },
+          deadlineMs: opts.deadlineMs,
+        },
+      };
+      this.pending.push(op);
+      withdraw?.addEventListener('abort', onWithdraw, { once: true });
       this.scheduleFlush();
     });
   }
@@ -161,7 +188,7 @@ export class Session {
 
   /** Ends the session: the server releases everything it held. */
   close(): void {
-    this.die(new SessionLostError('the locker was closed'), false);
+    this.die(new SessionLostError('the locker was closed'), false, true);
   }
 
   private async connect(): Promise<void> {
@@ -180,7 +207,7 @@ export class Session {
       this.pending.unshift(this.setupOp());
       this.scheduleFlush();
       this.lastActivity = performance.now();
-      this.startTicker();
+      this.arm();
     } catch (err) {
       this.die(err instanceof Error ? err : new Error(String(err)));
       throw this.lostError();
@@ -229,6 +256,7 @@ export class Session {
     const lone = batch.length === 1 ? batch[0]! : null;
     if (lone && lone.code !== PROBE && !lone.fenced && !lone.statement) this.sendLone(lone as PendingOp & { code: OpCode });
     else void this.sendBatch(batch);
+    this.arm();
   }
 
   /** The common case, kept lean: one plain operation, one small prepared statement. */
@@ -242,6 +270,7 @@ export class Session {
         this.inFlight = null;
         op.resolve(res.rows[0]!.r, null);
         if (this.pending.length > 0) this.flush();
+        else this.arm();
       },
       (err: Error) => void this.failed(batch!, [op], err),
     );
@@ -262,6 +291,7 @@ export class Session {
     this.lastActivity = performance.now();
     if (this.inFlight === batch) this.inFlight = null;
     if (this.state === 'ready' && this.pending.length > 0) this.flush();
+    else this.arm();
   }
 
   /** A statement failed: the connection is gone (the session dies), or the batch is reconciled. */
@@ -278,6 +308,7 @@ export class Session {
     this.lastActivity = performance.now();
     if (this.inFlight === batch) this.inFlight = null;
     if (this.state === 'ready' && this.pending.length > 0) this.flush();
+    else this.arm();
   }
 
   /**
@@ -372,26 +403,41 @@ export class Session {
   }
 
   /**
-   * Every tick: a statement in flight past the deadline kills the session; an idle session is probed
-   * once keepaliveMs has passed since it last heard from the server. Loss is therefore noticed within
-   * keepaliveMs + deadlineMs (+ one tick) of the last sign of life.
+   * Sets the watchdog for the next moment the session must act: the deadline of the statement in flight,
+   * or, when idle, keepaliveMs after it last heard from the server (then it sends a probe). A loss is
+   * therefore noticed within keepaliveMs + deadlineMs of the last sign of life. A watchdog already set
+   * for an earlier moment is kept (it re-arms itself when it fires early): moving it costs a timer only
+   * when the next moment comes sooner.
    */
-  private startTicker(): void {
-    const tickMs = Math.max(10, Math.min(this.opts.keepaliveMs, this.opts.deadlineMs) / 4);
-    this.ticker = setInterval(() => {
-      if (this.state !== 'ready') return;
-      const now = performance.now();
-      if (this.inFlight) {
-        if (now - this.sentAt > this.inFlightDeadlineMs) {
-          this.die(new LockUnavailableError(`PostgreSQL did not answer within ${Math.round(this.inFlightDeadlineMs)} ms`));
-        }
-      } else if (this.pending.length === 0 && now - this.lastActivity >= this.opts.keepaliveMs) {
-        this.pending.push({ code: PROBE, key: 0n, fenced: false, resolve: () => {}, reject: () => {}, statement: undefined });
-        void this.flush();
-      }
-    }, tickMs);
-    this.ticker.unref();
+  private arm(): void {
+    if (this.state !== 'ready') return;
+    const due = this.inFlight ? this.sentAt + this.inFlightDeadlineMs : this.lastActivity + this.opts.keepaliveMs;
+    if (this.watchdog && this.watchdogDue <= due) return;
+    if (due === Infinity) return; // an unbounded blocking wait: re-armed when it ends
+    if (this.watchdog) clearTimeout(this.watchdog);
+    this.watchdogDue = due;
+    // Node caps one timer at ~24.8 days: a later moment is reached in steps (the watchdog re-arms itself).
+    this.watchdog = setTimeout(this.onWatchdog, Math.min(MAX_TIMER_MS, Math.max(0, Math.ceil(due - performance.now()))));
+    this.watchdog.unref();
   }
+
+  private readonly onWatchdog = (): void => {
+    this.watchdog = null;
+    this.watchdogDue = Infinity;
+    if (this.state !== 'ready') return;
+    const now = performance.now();
+    if (this.inFlight) {
+      if (now - this.sentAt >= this.inFlightDeadlineMs) {
+        this.die(new LockUnavailableError(`PostgreSQL did not answer within ${Math.round(this.inFlightDeadlineMs)} ms`));
+        return;
+      }
+    } else if (this.pending.length === 0 && now - this.lastActivity >= this.opts.keepaliveMs) {
+      this.pending.push({ code: PROBE, key: 0n, fenced: false, resolve: () => {}, reject: () => {}, statement: undefined });
+      this.flush(); // arms for the probe's deadline
+      return;
+    }
+    this.arm();
+  };
 
   private everReady = false;
 
@@ -404,19 +450,22 @@ export class Session {
     return err;
   }
 
-  private die(err: Error, notify = true): void {
+  /** `closing`: ended on purpose by close(), not lost (logged at debug). */
+  private die(err: Error, notify = true, closing = false): void {
     if (this.state === 'dead') return;
     const wasReady = this.state === 'ready';
     this.state = 'dead';
     this.deathCause = err;
-    if (this.ticker) clearInterval(this.ticker);
+    if (this.watchdog) clearTimeout(this.watchdog);
+    this.watchdog = null;
     this.conn?.destroy();
     const lost = this.lostError();
     const failed = [...(this.inFlight ?? []), ...this.pending];
     this.inFlight = null;
     this.pending = [];
     for (const op of failed) op.reject(lost);
-    if (wasReady) this.opts.logger.warn({ err, session: this.id }, 'pgfence: session lost');
+    if (closing) this.opts.logger.debug({ session: this.id }, 'pgfence: session closed');
+    else if (wasReady) this.opts.logger.warn({ err, session: this.id }, 'pgfence: session lost');
     if (notify) this.opts.onLost(this, err);
   }
 }

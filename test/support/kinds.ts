@@ -19,6 +19,8 @@ export interface Participant {
   tryWithLock<T>(name: string, fn: () => Promise<T>, opts?: Omit<LockOpts, 'timeoutMs'>): Promise<{ acquired: boolean; value?: T }>;
   /** While holding `name`, asks for it again the way a careless caller would; resolves with what that threw. */
   reenter(name: string): Promise<unknown>;
+  /** How many of this participant's requests wait for a lock right now (for waiting on a state, not a sleep). */
+  waiting(): Promise<number>;
   close(): Promise<void>;
 }
 
@@ -43,11 +45,33 @@ function lockerParticipant(locker: Locker, extra: () => Promise<void> = async ()
         () => new Error('re-entry was allowed'),
         (err: unknown) => err,
       )),
+    waiting: async () => locker.stats().waiting,
     close: async () => {
       await locker.close();
       await extra();
     },
   };
+}
+
+function withApp(url: string, app: string): string {
+  const u = new URL(url);
+  u.searchParams.set('application_name', app);
+  return u.toString();
+}
+
+/** Backends of `app` blocked on a lock (transaction locks wait inside PostgreSQL). */
+async function lockWaits(url: string, app: string): Promise<number> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    const { rows } = await c.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
+      [app],
+    );
+    return rows[0]!.n;
+  } finally {
+    await c.end();
+  }
 }
 
 /** A session lock whose backends are then killed. */
@@ -87,7 +111,9 @@ const xactPg: LockKindUnderTest = {
   name: 'xact-pg',
   shared: true,
   open: async (url) => {
-    const pool = new pg.Pool({ connectionString: url, max: 6 });
+    const app = appName('xact');
+    const pool = new pg.Pool({ connectionString: withApp(url, app), max: 6 });
+    let ended: Promise<void> | undefined;
     const inTransaction = async <T>(fn: (c: pg.PoolClient) => Promise<T>): Promise<T> => {
       const client = await pool.connect();
       try {
@@ -118,7 +144,8 @@ const xactPg: LockKindUnderTest = {
           await xactLock(c, name);
           return xactLock(c, name, { timeoutMs: 1000 }).then(() => new Error('re-entry was allowed'), (err: unknown) => err);
         }),
-      close: () => pool.end(),
+      waiting: () => lockWaits(url, app),
+      close: () => (ended ??= pool.end()),
     };
   },
 };
@@ -128,7 +155,11 @@ const xactKysely: LockKindUnderTest = {
   name: 'xact-kysely',
   shared: true,
   open: async (url) => {
-    const db = new Kysely<Record<string, never>>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 6 }) }) });
+    const app = appName('kysely');
+    let destroyed: Promise<void> | undefined;
+    const db = new Kysely<Record<string, never>>({
+      dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: withApp(url, app), max: 6 }) }),
+    });
     return {
       withLock: (name, fn, opts) =>
         db.transaction().execute(async (trx) => {
@@ -145,7 +176,8 @@ const xactKysely: LockKindUnderTest = {
           await kyselyLocks.xactLock(trx, name);
           return kyselyLocks.xactLock(trx, name, { timeoutMs: 1000 }).then(() => new Error('re-entry was allowed'), (err: unknown) => err);
         }),
-      close: () => db.destroy(),
+      waiting: () => lockWaits(url, app),
+      close: () => (destroyed ??= db.destroy()),
     };
   },
 };
@@ -169,6 +201,7 @@ const lease: LockKindUnderTest = {
       },
       reenter: (name) =>
         locker.withLease(name, () => locker.lease(name, { timeoutMs: 1000 }).then(() => new Error('re-entry was allowed'), (err: unknown) => err)),
+      waiting: async () => locker.stats().waiting,
       close: () => locker.close(),
     };
   },

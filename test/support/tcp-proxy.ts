@@ -11,6 +11,10 @@ export class TcpProxy {
   /** While stalled: deliveries held for heal(), in order. */
   private held: (() => void)[] | null = null;
   port = 0;
+  /** Every chunk forwarded towards the server / the client: which connection (in order of arrival) and when (performance.now()). */
+  readonly toServer: { conn: number; at: number }[] = [];
+  readonly toClient: { conn: number; at: number }[] = [];
+  private connections = 0;
 
   constructor(
     private readonly targetHost: string,
@@ -22,6 +26,10 @@ export class TcpProxy {
       const upstream = createConnection({ host: this.targetHost, port: this.targetPort });
       const pair: [Socket, Socket] = [client, upstream];
       this.pairs.add(pair);
+      const conn = this.connections++;
+      const record = (into: { conn: number; at: number }[]) => () => void (this.blackholed || into.push({ conn, at: performance.now() }));
+      client.on('data', record(this.toServer));
+      upstream.on('data', record(this.toClient));
       const forward = (from: Socket, to: Socket) =>
         from.on('data', (chunk) => {
           if (!this.blackholed) to.write(chunk);
