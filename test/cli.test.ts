@@ -60,7 +60,7 @@ describe('--help and usage errors', () => {
   it.each([
     ['migrate', ['--database-url']],
     ['status', ['--watch', '--json', '--database-url']],
-    ['run', ['--wait', '--ttl', '--lease', '--kill-after', '--no-fencing', 'PGFENCE_TOKEN', '75', '70']],
+    ['run', ['--wait', '--ttl', '--lease', '--at-least', '--kill-after', '--no-fencing', 'PGFENCE_TOKEN', '75', '70']],
     ['bench', ['--seconds', '--workers']],
   ])('pgfence %s --help exits 0 and lists its options', async (command, options) => {
     const r = await pgfence([command, '--help'], { DATABASE_URL: undefined });

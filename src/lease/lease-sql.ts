@@ -1,5 +1,3 @@
-import { hiOf, loOf, NOTIFY_CHANNEL } from '../session/advisory-sql.js';
-
 /**
  * The SQL of leases. Taking a lease is pgfence.lease_acquire (sql/leases.sql): it issues the fencing
  * token in the same transaction. Renewal and release only touch the holder's own row, matched by
@@ -21,16 +19,8 @@ SELECT (SELECT expires_at FROM renewed) AS expires_at,
        (SELECT token::text FROM pgfence.leases WHERE key = $1::int8) AS current_token`;
 
 /**
- * $1 key, $2 token. Marks the lease released (the row stays: tokens never restart) and, when another
- * session has announced a waiter for the key, NOTIFYs it.
+ * $1 key, $2 token, $3 min hold ms. pgfence.release_lease (sql/interface.sql, public): marks the lease
+ * released (the row stays: tokens never restart), or with a min hold still ahead keeps it until
+ * acquired_at + min hold; NOTIFYs when it frees the lease and another session has announced a waiter.
  */
-export const releaseLeaseSql = `WITH released AS (
-  UPDATE pgfence.leases SET released_at = clock_timestamp()
-   WHERE key = $1::int8 AND token = $2::int8 AND released_at IS NULL AND expires_at > clock_timestamp()
-  RETURNING key
-)
-SELECT r.key IS NOT NULL AS released,
-       CASE WHEN r.key IS NOT NULL
-             AND NOT (pg_try_advisory_lock(${hiOf('$1::int8')}, ${loOf('$1::int8')}) AND pg_advisory_unlock(${hiOf('$1::int8')}, ${loOf('$1::int8')}))
-            THEN pg_notify('${NOTIFY_CHANNEL}', $1::int8::text) IS NULL END AS notified
-FROM (SELECT 1) AS one LEFT JOIN released AS r ON true`;
+export const releaseLeaseSql = `SELECT pgfence.release_lease($1::int8, $2::int8, $3::int8) AS released`;
