@@ -228,11 +228,16 @@ describe('at-least-for holds (minHoldMs) on the database clock', () => {
       await marker.query('SELECT pg_advisory_lock_shared(($1::int8 >> 32)::int4, (($1::int8 & 4294967295) - (($1::int8 & 2147483648) << 1))::int4)', [key]);
       const kept = await a.lease('hold:notify', { minHoldMs: 60_000 });
       expect(await kept.release()).toBe(true);
-      await pool.query("UPDATE pgfence.leases SET expires_at = clock_timestamp() WHERE key = $1", [key]); // end the hold
+      // A sentinel committed after the release: the queue delivers in commit order, so once it is
+      // heard, any NOTIFY of the release would have been heard before it.
+      await pool.query(`SELECT pg_notify('${NOTIFY_CHANNEL}', 'sentinel')`);
+      await eventually(() => heard.includes('sentinel'));
+      expect(heard).toEqual(['sentinel']);
+      await pool.query('UPDATE pgfence.leases SET expires_at = clock_timestamp() WHERE key = $1', [key]); // end the hold
       const freed = await a.lease('hold:notify');
       expect(await freed.release()).toBe(true);
-      await eventually(() => heard.length > 0);
-      expect(heard).toEqual([key.toString()]);
+      await eventually(() => heard.length > 1);
+      expect(heard).toEqual(['sentinel', key.toString()]);
     } finally {
       await listener.query(`UNLISTEN ${NOTIFY_CHANNEL}`);
       listener.release();
