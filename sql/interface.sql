@@ -201,7 +201,7 @@ END $$;
 -- p_min_hold_ms on the database clock when that is still ahead: nobody can take it before then, so
 -- a job that ran quickly is not run again by a node whose schedule fired later. Waiters of other
 -- sessions are woken (NOTIFY) only by a release that frees the lease now; a kept one wakes nobody.
--- The Node API releases through this same function (src/lease/lease-sql.ts).
+-- The Node API applies the same rule in one inline statement (releaseLeaseSql, src/lease/lease-sql.ts).
 CREATE OR REPLACE FUNCTION pgfence.release_lease(p_key bigint, p_token bigint, p_min_hold_ms bigint DEFAULT 0)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
