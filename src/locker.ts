@@ -107,6 +107,12 @@ export interface LeaseOptions {
   owner?: string;
   /** JSON kept with the lease. */
   data?: unknown;
+  /**
+   * At-least-for (ShedLock's lockAtLeastFor): release keeps the lease until acquiredAt + minHoldMs
+   * on the database clock, so a job that finished quickly is not run again by a node whose schedule
+   * fired later. The handle's release still resolves true and stops renewal. Default 0.
+   */
+  minHoldMs?: number;
   allowNested?: boolean;
 }
 export const LEASE_OPTION_KEYS = optionKeys<LeaseOptions>({
@@ -116,10 +122,11 @@ export const LEASE_OPTION_KEYS = optionKeys<LeaseOptions>({
   signal: true,
   owner: true,
   data: true,
+  minHoldMs: true,
   allowNested: true,
 });
 /** A candidate campaigns until it resigns; timeoutMs is listed only to be refused with a reason. */
-export const LEADER_OPTION_KEYS = LEASE_OPTION_KEYS.filter((k) => k !== 'allowNested');
+export const LEADER_OPTION_KEYS = LEASE_OPTION_KEYS.filter((k) => k !== 'allowNested' && k !== 'minHoldMs');
 
 export interface Locker extends EventEmitter {
   acquire(name: LockName, opts?: AcquireOptions): Promise<LockHandle>;
@@ -135,7 +142,7 @@ export interface Locker extends EventEmitter {
   tryLease(name: LockName, opts?: Omit<LeaseOptions, 'timeoutMs'>): Promise<LeaseHandle | null>;
   withLease<T>(name: LockName, fn: (handle: LeaseHandle) => Promise<T>, opts?: LeaseOptions): Promise<T>;
   semaphore(name: LockName, opts: SemaphoreOptions): Semaphore;
-  leader(name: LockName, opts?: Omit<LeaseOptions, 'timeoutMs' | 'allowNested'>): LeaderElection;
+  leader(name: LockName, opts?: Omit<LeaseOptions, 'timeoutMs' | 'allowNested' | 'minHoldMs'>): LeaderElection;
   /** Held and waiting locks across the whole database, with names, and the leases held now. */
   inspect(): Promise<LockReport>;
   stats(): LockerStats;
@@ -464,6 +471,7 @@ class PgLocker extends EventEmitter implements Locker {
       signal: abortSignal(o.signal),
       owner,
       data: jsonData(o.data),
+      minHoldMs: o.minHoldMs === undefined ? 0 : durationMs(o.minHoldMs, 'minHoldMs', { integer: true }),
     };
     this.checkNesting(target, o.allowNested, 'lease');
     this.names.note(target.key, target.name, this.opts.namespace ?? null);

@@ -60,7 +60,7 @@ describe('--help and usage errors', () => {
   it.each([
     ['migrate', ['--database-url']],
     ['status', ['--watch', '--json', '--database-url']],
-    ['run', ['--wait', '--ttl', '--lease', '--kill-after', '--no-fencing', 'PGFENCE_TOKEN', '75', '70']],
+    ['run', ['--wait', '--ttl', '--lease', '--at-least', '--kill-after', '--no-fencing', 'PGFENCE_TOKEN', '75', '70']],
     ['bench', ['--seconds', '--workers']],
   ])('pgfence %s --help exits 0 and lists its options', async (command, options) => {
     const r = await pgfence([command, '--help'], { DATABASE_URL: undefined });
@@ -75,6 +75,8 @@ describe('--help and usage errors', () => {
     [['run', 'x', '--ttl', '10x', '--', 'true'], /--ttl: expected a duration/],
     [['run', 'x', '--lease', '--ttl', '50ms', '--', 'true'], /--ttl: a lease's TTL must be at least 100ms/],
     [['run', 'x', '--kill-after=soon', '--', 'true'], /--kill-after: expected a duration/],
+    [['run', 'x', '--at-least', '5s', '--', 'true'], /--at-least holds a lease: add --lease/],
+    [['run', 'x', '--lease', '--at-least', 'soon', '--', 'true'], /--at-least: expected a duration/],
     [['run', 'x', '--wait'], /--wait needs a value/],
     [['run', 'x'], /missing the command/],
     [['run', 'x', '--'], /missing the command/],
@@ -423,6 +425,27 @@ describe('pgfence run', () => {
     const r = await pgfence(['run', 'cli:lease', '--lease', '--ttl', '500ms', '--', node, CHILD, 'interval', file('lease-run'), '1500']);
     expect(r.code).toBe(0);
     expect(read('lease-run')).toMatch(/start \d+\nend \d+/);
+  });
+
+  it('--lease --at-least keeps the lease after a quick command: the same job fired again is skipped (75) until the hold ends', async () => {
+    const first = await pgfence(['run', 'cli:at-least', '--lease', '--at-least', '60s', '--', 'true']);
+    expect(first.code).toBe(0);
+    const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+    try {
+      const { rows } = await pool.query(
+        `SELECT extract(epoch FROM expires_at - acquired_at) * 1000 AS held_ms, released_at IS NULL AS kept
+           FROM pgfence.leases WHERE name = 'cli:at-least'`,
+      );
+      expect({ held: Number(rows[0].held_ms), kept: rows[0].kept }).toEqual({ held: 60_000, kept: true });
+      const again = await pgfence(['run', 'cli:at-least', '--lease', '--', 'true']);
+      expect(again.code).toBe(75);
+      expect(again.stderr).toContain('busy');
+      // Once the hold is over (moved into the past here) the next run goes ahead.
+      await pool.query(`UPDATE pgfence.leases SET expires_at = clock_timestamp() WHERE name = 'cli:at-least'`);
+      expect((await pgfence(['run', 'cli:at-least', '--lease', '--', 'true'])).code).toBe(0);
+    } finally {
+      await pool.end();
+    }
   });
 
   it('refuses (78) when the schema is missing, unless --no-fencing (no PGFENCE_TOKEN then)', async () => {

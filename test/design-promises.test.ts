@@ -217,7 +217,7 @@ describe('leases', () => {
     // An earlier holder's token, and one nobody was given: neither can extend or end the lease.
     for (const token of [first.token, owner.token + 1000n]) {
       expect((await admin.query(renewLeaseSql, [key, token, 600_000])).rows[0]).toEqual({ expires_at: null, current_token: String(owner.token) });
-      expect((await admin.query(releaseLeaseSql, [key, token])).rows[0].released).toBe(false);
+      expect((await admin.query(releaseLeaseSql, [key, token, 0])).rows[0].released).toBe(false);
     }
     expect(await rowNow()).toEqual(before);
     expect((await admin.query(renewLeaseSql, [key, owner.token, 600_000])).rows[0].expires_at).not.toBeNull(); // the owner can

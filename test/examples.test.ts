@@ -27,6 +27,11 @@ describe('examples/', () => {
     expect(await example('critical-section')).toContain('balance after 20 concurrent charges of 1: 80');
   });
 
+  it('cron-singleton: three hosts on skewed schedules run each period once', async () => {
+    const out = await example('cron-singleton');
+    for (const period of [0, 1, 2]) expect(out).toMatch(new RegExp(`period ${period}: ran 1 time\\(s\\), on host [abc]\\n`));
+  });
+
   it('skip-if-busy: the second instance skips', async () => {
     const out = await example('skip-if-busy');
     expect(out).toContain('instance a: report built');

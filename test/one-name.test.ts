@@ -209,7 +209,7 @@ describe('a session lock and a lease of one name', () => {
       await eventually(async () => (await markersFor(name)) === 1 && (await queuedFor(name)) === 0, 15_000, 'the waiter to announce itself');
       expect(granted).toBe(false);
       expect(locker.stats().waiting).toBe(1);
-      const released = await pool.query<{ released: boolean }>(releaseLeaseSql, [key, rows[0]!.token]);
+      const released = await pool.query<{ released: boolean }>(releaseLeaseSql, [key, rows[0]!.token, 0]);
       expect(released.rows[0]!.released).toBe(true);
       const handle = await waiting;
       expect(await leaseLive(name)).toBe(false);

@@ -4,7 +4,7 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { useTestDatabase } from './support/db.js';
+import { useMigratedDatabase, useTestDatabase } from './support/db.js';
 
 const run = promisify(execFile);
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -34,5 +34,17 @@ describe('README', () => {
     });
     expect(stdout).toContain('charged order 123');
     expect(stdout).toContain('report built');
+  });
+
+  it('"From other languages": the psql script runs as written; fired again within its at-least hold, it skips', async () => {
+    const script = codeAfter('A psql script (a cron job on a host without Node):');
+    const migrated = (await useMigratedDatabase('readme_psql')).url;
+    const psql = () => {
+      const p = run('psql', ['-X', '-q', '-d', migrated], { timeout: 60_000 });
+      p.child.stdin!.end(script);
+      return p;
+    };
+    expect((await psql()).stdout).toMatch(/billing ran with token \d+/);
+    expect((await psql()).stdout).toContain('billing is running elsewhere');
   });
 });

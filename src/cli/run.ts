@@ -26,7 +26,7 @@ const FORWARDED = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2
 
 const spec: CommandSpec = {
   name: 'run',
-  synopsis: 'pgfence run <name> [--wait <duration>] [--ttl <duration>] [--lease] [options] -- <command> [args...]',
+  synopsis: 'pgfence run <name> [--wait <duration>] [--ttl <duration>] [--lease [--at-least <duration>]] [options] -- <command> [args...]',
   help: `Runs <command> while holding the lock <name>, so that at most one copy runs across every machine
 sharing the database (e.g. a cron job scheduled on several hosts). The command is run directly
 (no shell) with the terminal's stdin/stdout/stderr. Its environment gets:
@@ -48,6 +48,10 @@ options:
                            TTL/3); without: the maximum hold of the advisory lock (default: no limit):
                            past it the lock is released and the command stopped as if the lock were lost
   --lease                  take a lease instead of an advisory lock
+  --at-least <duration>    with --lease: keep the lease at least this long after it was taken (database
+                           clock), even when the command finishes sooner, so that the same job fired a
+                           little later on another host (clock skew, a late timer) is skipped, not rerun.
+                           Make it longer than the skew between hosts and shorter than the schedule period
   --kill-after <duration>  after a lost lock, SIGKILL the command if it has not exited this long after
                            SIGTERM (default ${formatMs(DEFAULT_KILL_AFTER_MS)}; 0 = at once)
   --no-fencing             advisory lock without a fencing token (works without pgfence's schema)
@@ -72,14 +76,17 @@ exit status:
   127  the command was not found
   1    any other error before the command ran
 
-example:
+examples:
   pgfence run nightly-report --wait 0 -- node scripts/report.js --since yesterday
+  # in the same crontab on every host: runs once per schedule, even if a host's clock is 20s late
+  pgfence run nightly-report --lease --at-least 5m -- node scripts/report.js
 `,
   flags: {
     ...databaseFlag,
     wait: { type: 'duration', allowInfinity: true },
     ttl: { type: 'duration', min: 1 },
     lease: { type: 'boolean' },
+    'at-least': { type: 'duration' },
     'kill-after': { type: 'duration' },
     'no-fencing': { type: 'boolean' },
     namespace: { type: 'string' },
@@ -94,6 +101,8 @@ interface RunOptions {
   waitMs: number;
   ttlMs: number | undefined;
   lease: boolean;
+  /** With lease: the at-least-for hold (LeaseOptions.minHoldMs). */
+  minHoldMs: number;
   fencing: boolean;
   killAfterMs: number;
   url: string;
@@ -119,6 +128,8 @@ function options(args: ParsedArgs): RunOptions {
   } catch (err) {
     throw new UsageError(`bad lock name: ${(err as Error).message}`);
   }
+  const minHoldMs = numberFlag(args, 'at-least');
+  if (minHoldMs !== undefined && !lease) throw new UsageError('--at-least holds a lease: add --lease');
   let ttlMs = numberFlag(args, 'ttl');
   if (lease) {
     ttlMs ??= DEFAULT_LEASE_TTL_MS;
@@ -132,6 +143,7 @@ function options(args: ParsedArgs): RunOptions {
     waitMs: numberFlag(args, 'wait') ?? DEFAULT_WAIT_MS,
     ttlMs,
     lease,
+    minHoldMs: Math.ceil(minHoldMs ?? 0),
     fencing,
     killAfterMs: numberFlag(args, 'kill-after') ?? DEFAULT_KILL_AFTER_MS,
     url: databaseUrl(args),
@@ -266,7 +278,7 @@ function existsOnPath(cmd: string): boolean {
 
 async function acquire(locker: Locker, o: RunOptions, signal: AbortSignal): Promise<LockHandle | null> {
   if (o.lease) {
-    const opts = { ttlMs: o.ttlMs, signal, owner: `pgfence run on ${hostname()} pid ${process.pid}` };
+    const opts = { ttlMs: o.ttlMs, minHoldMs: o.minHoldMs, signal, owner: `pgfence run on ${hostname()} pid ${process.pid}` };
     return o.waitMs === 0 ? locker.tryLease(o.name, opts) : locker.lease(o.name, { ...opts, timeoutMs: o.waitMs });
   }
   const opts = { fencing: o.fencing, ttlMs: o.ttlMs, signal };

@@ -24,6 +24,8 @@ export interface LeaseRequest {
   signal: AbortSignal | undefined;
   owner: string;
   data: unknown;
+  /** Release keeps the lease until acquired_at + minHoldMs (database clock); 0 = none. */
+  minHoldMs: number;
 }
 
 /** A held lease: a lock handle with an owner, a database-clock expiry and renewal. */
@@ -118,7 +120,7 @@ export class LeaseManager {
     handle.stopTimers();
     this.observer.released(handle);
     try {
-      const { rows } = await this.source.pool.query<{ released: boolean }>(releaseLeaseSql, [handle.key, handle.token]);
+      const { rows } = await this.source.pool.query<{ released: boolean }>(releaseLeaseSql, [handle.key, handle.token, handle.minHoldMs]);
       if (!rows[0]!.released) this.lostOnRelease(handle, new Error('the lease was no longer this holder’s'));
       return rows[0]!.released;
     } catch (err) {
@@ -183,6 +185,7 @@ export class LeaseHandleImpl extends BaseHandle implements LeaseHandle {
   readonly owner: string;
   readonly data: unknown;
   readonly ttlMs: number;
+  readonly minHoldMs: number;
   expiresAt: Date;
   private deadlineCancel: (() => void) | null = null;
   /** performance.now() past which the holder no longer trusts its lease. */
@@ -201,6 +204,7 @@ export class LeaseHandleImpl extends BaseHandle implements LeaseHandle {
     this.owner = request.owner;
     this.data = request.data;
     this.ttlMs = request.ttlMs;
+    this.minHoldMs = request.minHoldMs;
     this.expiresAt = expiresAt;
     this.armDeadline(sentAt);
     if (request.renew) this.scheduleRenewal(this.ttlMs / 3);

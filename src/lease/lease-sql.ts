@@ -21,16 +21,22 @@ SELECT (SELECT expires_at FROM renewed) AS expires_at,
        (SELECT token::text FROM pgfence.leases WHERE key = $1::int8) AS current_token`;
 
 /**
- * $1 key, $2 token. Marks the lease released (the row stays: tokens never restart) and, when another
- * session has announced a waiter for the key, NOTIFYs it.
+ * $1 key, $2 token, $3 min hold ms. Marks the lease released (the row stays: tokens never restart),
+ * or, while acquired_at + min hold is still ahead, keeps it until then (at-least-for: its expiry
+ * moves there). NOTIFYs only when it frees the lease and another session has announced a waiter.
+ * The same rule as the public pgfence.release_lease (sql/interface.sql), written inline: one plain
+ * statement on the Node path.
  */
 export const releaseLeaseSql = `WITH released AS (
-  UPDATE pgfence.leases SET released_at = clock_timestamp()
-   WHERE key = $1::int8 AND token = $2::int8 AND released_at IS NULL AND expires_at > clock_timestamp()
-  RETURNING key
+  UPDATE pgfence.leases AS l
+     SET released_at = CASE WHEN l.acquired_at + n.hold > n.now_ts THEN NULL ELSE n.now_ts END,
+         expires_at = CASE WHEN l.acquired_at + n.hold > n.now_ts THEN l.acquired_at + n.hold ELSE l.expires_at END
+    FROM (SELECT clock_timestamp() AS now_ts, $3::int8 * interval '1 millisecond' AS hold) AS n
+   WHERE l.key = $1::int8 AND l.token = $2::int8 AND l.released_at IS NULL AND l.expires_at > n.now_ts
+  RETURNING l.released_at IS NOT NULL AS freed
 )
-SELECT r.key IS NOT NULL AS released,
-       CASE WHEN r.key IS NOT NULL
+SELECT r.freed IS NOT NULL AS released,
+       CASE WHEN r.freed
              AND NOT (pg_try_advisory_lock(${hiOf('$1::int8')}, ${loOf('$1::int8')}) AND pg_advisory_unlock(${hiOf('$1::int8')}, ${loOf('$1::int8')}))
             THEN pg_notify('${NOTIFY_CHANNEL}', $1::int8::text) IS NULL END AS notified
 FROM (SELECT 1) AS one LEFT JOIN released AS r ON true`;

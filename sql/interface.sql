@@ -1,0 +1,301 @@
+-- pgfence's SQL interface: the functions other languages (psql, Python, Go, ...) call to take the
+-- same leases, fenced locks and tokens as the Node API. PUBLIC and versioned: the functions below
+-- marked "public" keep their names, parameters and results within an interface version
+-- (pgfence.interface_version()); a change to any of them is a new version, announced in the README.
+-- Everything named mm3_* is internal. Re-applied by migrate() whenever this file changes.
+--
+-- Built on the same definitions the Node API runs (lease_acquire, admit_session_lock, next_token):
+-- one table of leases, one token counter per key, so Node and SQL holders exclude each other.
+
+-- public: the interface version. Bumped only by a change to a public function.
+CREATE OR REPLACE FUNCTION pgfence.interface_version() RETURNS int
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1 $$;
+
+-- ---- keys: MurmurHash3_x64_128, h1, seed 0 (DESIGN.md "Key derivation") ----
+-- int8 arithmetic raises on overflow, so products and sums are taken in numeric and wrapped to
+-- 64 bits; shifts and xor are bitwise on int8 already.
+
+CREATE OR REPLACE FUNCTION pgfence.mm3_wrap(n numeric) RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+DECLARE
+  m numeric := mod(mod(n, 18446744073709551616) + 18446744073709551616, 18446744073709551616);
+BEGIN
+  IF m >= 9223372036854775808 THEN m := m - 18446744073709551616; END IF;
+  RETURN m::bigint;
+END $$;
+
+-- Rotate left by r (1..63): the right shift is arithmetic on int8, so its sign bits are masked off.
+CREATE OR REPLACE FUNCTION pgfence.mm3_rotl(x bigint, r int) RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT (x << r) | ((x >> (64 - r)) & ((1::int8 << r) - 1))
+$$;
+
+CREATE OR REPLACE FUNCTION pgfence.mm3_fmix(k bigint) RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+BEGIN
+  k := k # ((k >> 33) & 2147483647);
+  k := pgfence.mm3_wrap(k::numeric * -49064778989728563);
+  k := k # ((k >> 33) & 2147483647);
+  k := pgfence.mm3_wrap(k::numeric * -4265267296055464877);
+  k := k # ((k >> 33) & 2147483647);
+  RETURN k;
+END $$;
+
+-- h1 of MurmurHash3_x64_128(bytes, seed 0), as a signed int64.
+CREATE OR REPLACE FUNCTION pgfence.mm3_h1(b bytea) RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+DECLARE
+  c1 constant numeric := -8663945395140668459;  -- 0x87c37b91114253d5
+  c2 constant numeric := 5545529020109919103;   -- 0x4cf5ad432745937f
+  len constant int := length(b);
+  nblocks constant int := len / 16;
+  h1 bigint := 0;
+  h2 bigint := 0;
+  k1 bigint;
+  k2 bigint;
+  i int;
+  j int;
+  tail int;
+BEGIN
+  FOR i IN 0 .. nblocks - 1 LOOP
+    k1 := 0;
+    k2 := 0;
+    FOR j IN 0 .. 7 LOOP
+      k1 := k1 | (get_byte(b, i * 16 + j)::int8 << (8 * j));
+      k2 := k2 | (get_byte(b, i * 16 + 8 + j)::int8 << (8 * j));
+    END LOOP;
+    k1 := pgfence.mm3_wrap(pgfence.mm3_rotl(pgfence.mm3_wrap(k1 * c1), 31) * c2);
+    h1 := h1 # k1;
+    h1 := pgfence.mm3_wrap(pgfence.mm3_rotl(h1, 27)::numeric + h2);
+    h1 := pgfence.mm3_wrap(h1::numeric * 5 + 1390208809);  -- 0x52dce729
+    k2 := pgfence.mm3_wrap(pgfence.mm3_rotl(pgfence.mm3_wrap(k2 * c2), 33) * c1);
+    h2 := h2 # k2;
+    h2 := pgfence.mm3_wrap(pgfence.mm3_rotl(h2, 31)::numeric + h1);
+    h2 := pgfence.mm3_wrap(h2::numeric * 5 + 944331445);  -- 0x38495ab5
+  END LOOP;
+  tail := len - nblocks * 16;
+  k1 := 0;
+  k2 := 0;
+  FOR j IN 0 .. tail - 1 LOOP
+    IF j < 8 THEN
+      k1 := k1 | (get_byte(b, nblocks * 16 + j)::int8 << (8 * j));
+    ELSE
+      k2 := k2 | (get_byte(b, nblocks * 16 + j)::int8 << (8 * (j - 8)));
+    END IF;
+  END LOOP;
+  IF tail > 8 THEN
+    h2 := h2 # pgfence.mm3_wrap(pgfence.mm3_rotl(pgfence.mm3_wrap(k2 * c2), 33) * c1);
+  END IF;
+  IF tail > 0 THEN
+    h1 := h1 # pgfence.mm3_wrap(pgfence.mm3_rotl(pgfence.mm3_wrap(k1 * c1), 31) * c2);
+  END IF;
+  h1 := h1 # len;
+  h2 := h2 # len;
+  h1 := pgfence.mm3_wrap(h1::numeric + h2);
+  h2 := pgfence.mm3_wrap(h2::numeric + h1);
+  h1 := pgfence.mm3_fmix(h1);
+  h2 := pgfence.mm3_fmix(h2);
+  h1 := pgfence.mm3_wrap(h1::numeric + h2);
+  RETURN h1;
+END $$;
+
+-- public: the key of a lock name, exactly as the Node API computes it (lockKey / createLocker's
+-- namespace): UTF-8(name), or UTF-8(namespace) || 0x00 || UTF-8(name). Names are refused as Node
+-- refuses them: empty, or longer than 1024 UTF-8 bytes (text cannot hold NUL). Needs a UTF8 database.
+CREATE OR REPLACE FUNCTION pgfence.lock_key(p_name text, p_namespace text DEFAULT NULL) RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+  name_bytes bytea;
+  ns_bytes bytea;
+BEGIN
+  IF p_name IS NULL OR p_name = '' THEN
+    RAISE EXCEPTION 'pgfence: a lock name must be a non-empty string' USING ERRCODE = '22023';
+  END IF;
+  name_bytes := convert_to(p_name, 'UTF8');
+  IF length(name_bytes) > 1024 THEN
+    RAISE EXCEPTION 'pgfence: a lock name must be at most 1024 UTF-8 bytes, got %', length(name_bytes) USING ERRCODE = '22023';
+  END IF;
+  IF p_namespace IS NULL THEN
+    RETURN pgfence.mm3_h1(name_bytes);
+  END IF;
+  IF p_namespace = '' THEN
+    RAISE EXCEPTION 'pgfence: a namespace must be a non-empty string (or NULL)' USING ERRCODE = '22023';
+  END IF;
+  ns_bytes := convert_to(p_namespace, 'UTF8');
+  IF length(ns_bytes) > 1024 THEN
+    RAISE EXCEPTION 'pgfence: a namespace must be at most 1024 UTF-8 bytes, got %', length(ns_bytes) USING ERRCODE = '22023';
+  END IF;
+  RETURN pgfence.mm3_h1(ns_bytes || '\x00'::bytea || name_bytes);
+END $$;
+
+-- ---- leases ----
+
+-- public: one try at the lease of p_key (lease_acquire, as the Node API's tryLease). granted and the
+-- fencing token; when busy, the holder's token and owner and the time left (NULL when a session lock
+-- holds the name). p_name is shown by inspect() and `pgfence status`; p_owner defaults to
+-- "sql:<user>@<client address>:<backend pid>". Autocommit, or commit at once: the lease is taken
+-- (and its token durable) when the transaction commits.
+CREATE OR REPLACE FUNCTION pgfence.try_lease(p_key bigint, p_ttl_ms bigint, p_owner text DEFAULT NULL,
+  p_name text DEFAULT NULL, p_data jsonb DEFAULT NULL)
+RETURNS TABLE (granted boolean, token bigint, owner text, expires_at timestamptz, remaining_ms bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF p_key IS NULL THEN
+    RAISE EXCEPTION 'pgfence: the key must not be NULL' USING ERRCODE = '22023';
+  END IF;
+  IF p_ttl_ms IS NULL OR p_ttl_ms < 100 THEN
+    RAISE EXCEPTION 'pgfence: a lease''s ttl must be at least 100 ms, got %', coalesce(p_ttl_ms::text, 'NULL') USING ERRCODE = '22023';
+  END IF;
+  RETURN QUERY
+  SELECT a.granted, a.token, a.owner, a.expires_at, a.remaining_ms
+  FROM pgfence.lease_acquire(p_key, p_name,
+         coalesce(p_owner, 'sql:' || current_user || '@' || coalesce(host(inet_client_addr()), 'local') || ':' || pg_backend_pid()),
+         p_ttl_ms, p_data) AS a;
+END $$;
+
+-- public: waits for the lease of p_key up to p_timeout_ms (NULL: no bound), polling: it sleeps
+-- until the holder's expiry or at most 50 ms between tries (a release by another session is seen
+-- at the next try). Returns the token, or NULL at the timeout. Call it in autocommit: the lease and
+-- its token commit with the statement.
+CREATE OR REPLACE FUNCTION pgfence.lease(p_key bigint, p_ttl_ms bigint, p_timeout_ms bigint DEFAULT NULL,
+  p_owner text DEFAULT NULL, p_name text DEFAULT NULL, p_data jsonb DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+  deadline timestamptz := clock_timestamp() + coalesce(p_timeout_ms, 0) * interval '1 millisecond';
+  r record;
+BEGIN
+  LOOP
+    SELECT * INTO r FROM pgfence.try_lease(p_key, p_ttl_ms, p_owner, p_name, p_data);
+    IF r.granted THEN
+      RETURN r.token;
+    END IF;
+    IF p_timeout_ms IS NOT NULL AND clock_timestamp() >= deadline THEN
+      RETURN NULL;
+    END IF;
+    PERFORM pg_sleep(least(0.05, greatest(0.001, coalesce(r.remaining_ms, 50) / 1000.0),
+                           CASE WHEN p_timeout_ms IS NULL THEN 0.05
+                                ELSE greatest(0.001, extract(epoch FROM deadline - clock_timestamp())) END));
+  END LOOP;
+END $$;
+
+-- public: extends the lease by p_ttl_ms from now (database clock). Returns the new expiry, or NULL
+-- when the lease is no longer this token's (expired, released or taken over): stop working then.
+CREATE OR REPLACE FUNCTION pgfence.renew_lease(p_key bigint, p_token bigint, p_ttl_ms bigint) RETURNS timestamptz
+LANGUAGE plpgsql AS $$
+DECLARE
+  renewed timestamptz;
+BEGIN
+  IF p_ttl_ms IS NULL OR p_ttl_ms < 100 THEN
+    RAISE EXCEPTION 'pgfence: a lease''s ttl must be at least 100 ms, got %', coalesce(p_ttl_ms::text, 'NULL') USING ERRCODE = '22023';
+  END IF;
+  UPDATE pgfence.leases
+     SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + p_ttl_ms * interval '1 millisecond'
+   WHERE key = p_key AND token = p_token AND released_at IS NULL AND expires_at > clock_timestamp()
+  RETURNING leases.expires_at INTO renewed;
+  RETURN renewed;
+END $$;
+
+-- public: releases the lease held with p_token; true when it was this token's and live. With
+-- p_min_hold_ms (at-least-for, ShedLock's lockAtLeastFor) the lease is kept until acquired_at +
+-- p_min_hold_ms on the database clock when that is still ahead: nobody can take it before then, so
+-- a job that ran quickly is not run again by a node whose schedule fired later. Waiters of other
+-- sessions are woken (NOTIFY) only by a release that frees the lease now; a kept one wakes nobody.
+-- The Node API applies the same rule in one inline statement (releaseLeaseSql, src/lease/lease-sql.ts).
+CREATE OR REPLACE FUNCTION pgfence.release_lease(p_key bigint, p_token bigint, p_min_hold_ms bigint DEFAULT 0)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+  now_ts timestamptz := clock_timestamp();
+  freed boolean;
+BEGIN
+  IF p_min_hold_ms IS NULL OR p_min_hold_ms < 0 THEN
+    RAISE EXCEPTION 'pgfence: min hold must be 0 or more ms, got %', coalesce(p_min_hold_ms::text, 'NULL') USING ERRCODE = '22023';
+  END IF;
+  UPDATE pgfence.leases l
+     SET released_at = CASE WHEN l.acquired_at + p_min_hold_ms * interval '1 millisecond' > now_ts THEN NULL ELSE now_ts END,
+         expires_at = CASE WHEN l.acquired_at + p_min_hold_ms * interval '1 millisecond' > now_ts
+                           THEN l.acquired_at + p_min_hold_ms * interval '1 millisecond' ELSE l.expires_at END
+   WHERE l.key = p_key AND l.token = p_token AND l.released_at IS NULL AND l.expires_at > now_ts
+  RETURNING l.released_at IS NOT NULL INTO freed;
+  IF NOT FOUND THEN
+    RETURN false;
+  END IF;
+  -- Freed now: NOTIFY when another session has announced a waiter (its marker lock is held), as an
+  -- unlock does (src/session/advisory-sql.ts).
+  IF freed AND NOT (pg_try_advisory_lock((p_key >> 32)::int4, ((p_key & 4294967295) - ((p_key & 2147483648) << 1))::int4)
+                    AND pg_advisory_unlock((p_key >> 32)::int4, ((p_key & 4294967295) - ((p_key & 2147483648) << 1))::int4)) THEN
+    PERFORM pg_notify('pgfence_release', p_key::text);
+  END IF;
+  RETURN true;
+END $$;
+
+-- ---- fenced advisory locks ----
+-- Session locks are plain PostgreSQL advisory locks on the key, guarded as the Node API guards them:
+-- a grant gives way to a live lease of the same key (admit_session_lock). Each exclusive grant
+-- issues the next fencing token of the key (next_token), the same counter as leases and Node locks.
+
+-- public: one try at the exclusive session lock of p_key; the token, or NULL when busy.
+CREATE OR REPLACE FUNCTION pgfence.try_lock_fenced(p_key bigint) RETURNS bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF pgfence.admit_session_lock(p_key, false, pg_try_advisory_lock(p_key)) = 1 THEN
+    RETURN pgfence.next_token(p_key);
+  END IF;
+  RETURN NULL;
+END $$;
+
+-- public: waits for the exclusive session lock of p_key (bound the wait with SET lock_timeout /
+-- statement_timeout), then issues its token. While a lease holds the name it polls (at most 50 ms
+-- between tries), since a lease is not a lock PostgreSQL can queue on.
+CREATE OR REPLACE FUNCTION pgfence.lock_fenced(p_key bigint) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+  left_ms float8;
+BEGIN
+  LOOP
+    PERFORM pg_advisory_lock(p_key);
+    IF pgfence.admit_session_lock(p_key, false, true) = 1 THEN
+      RETURN pgfence.next_token(p_key);
+    END IF;
+    SELECT extract(epoch FROM l.expires_at - clock_timestamp()) INTO left_ms FROM pgfence.leases l WHERE l.key = p_key;
+    PERFORM pg_sleep(least(0.05, greatest(0.001, coalesce(left_ms, 0.05))));
+  END LOOP;
+END $$;
+
+-- public: releases the session lock of p_key taken by (try_)lock_fenced, waking waiters of other
+-- sessions (Node lockers) as the Node API's unlock does. false when this session did not hold it.
+CREATE OR REPLACE FUNCTION pgfence.unlock(p_key bigint) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+  hi constant int4 := (p_key >> 32)::int4;
+  lo constant int4 := ((p_key & 4294967295) - ((p_key & 2147483648) << 1))::int4;
+BEGIN
+  IF NOT pg_advisory_unlock(p_key) THEN
+    RETURN false;
+  END IF;
+  IF NOT (pg_try_advisory_lock(hi, lo) AND pg_advisory_unlock(hi, lo)) THEN
+    PERFORM set_config('synchronous_commit', 'off', true);
+    PERFORM pg_notify('pgfence_release', p_key::text);
+  END IF;
+  RETURN true;
+END $$;
+
+-- public: the exclusive transaction lock of p_key (held until the transaction ends) and its token,
+-- which commits with the transaction. Waits; bound it with SET LOCAL lock_timeout.
+CREATE OR REPLACE FUNCTION pgfence.xact_lock_fenced(p_key bigint) RETURNS bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_advisory_xact_lock(p_key);
+  RETURN pgfence.next_token(p_key);
+END $$;
+
+-- public: one try at the exclusive transaction lock of p_key; its token, or NULL when busy.
+CREATE OR REPLACE FUNCTION pgfence.try_xact_lock_fenced(p_key bigint) RETURNS bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF pg_try_advisory_xact_lock(p_key) THEN
+    RETURN pgfence.next_token(p_key);
+  END IF;
+  RETURN NULL;
+END $$;
