@@ -5,7 +5,7 @@ import { tryXactLockWith, xactLockWith, type XactExecutor, type XactLockOptions,
 
 export type { XactLockOptions, XactLockResult } from '../advisory/xact.js';
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
+// Any database schema: the lock statements touch none of the caller's tables.
 type AnyTransaction = Transaction<any> | Kysely<any>;
 
 function kyselyExecutor(trx: AnyTransaction): XactExecutor {
@@ -46,4 +46,4 @@ export async function tryXactLock(
 export { addFencingColumn, fenced, fencedUpdate } from './fencing.js';
 export type { FencedUpdateResult, FencedUpdateSpec } from '../fencing/fenced-update.js';
 export type { FencingColumnOptions } from '../fencing/fencing-column.js';
-export { pgfenceMigrations } from './migrations.js';
+export { pgfenceMigrations, type PgfenceMigration, type PgfenceMigrationProvider } from './migrations.js';
