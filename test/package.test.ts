@@ -1,81 +1,172 @@
 import { execFile } from 'node:child_process';
-import { mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, realpath, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { installedAtLeast, installedVersion } from './support/versions.js';
 
 const run = promisify(execFile);
 const root = fileURLToPath(new URL('..', import.meta.url));
 let work: string;
-let files: string[];
+let tarball: string;
+let files: { path: string }[];
 
-/** The packed tarball, unpacked into a consumer project that depends on it like any user would. */
+/**
+ * The Kysely versions a consumer's types are checked against: the ones the two CI legs install
+ * (package-lock.json: 0.28; ci/node24/package-lock.json: 0.29), each installed into the test's
+ * temporary folder from the npm registry (or npm's cache).
+ */
+async function lockedKyselyVersions(): Promise<string[]> {
+  const versions = [];
+  for (const lock of ['package-lock.json', 'ci/node24/package-lock.json']) {
+    const parsed = JSON.parse(await readFile(join(root, lock), 'utf8')) as { packages: Record<string, { version: string }> };
+    versions.push(parsed.packages['node_modules/kysely']!.version);
+  }
+  return versions;
+}
+const kyselyVersions = await lockedKyselyVersions();
+const installedKysely = installedVersion('kysely').join('.');
+const resolutions = ['node16', 'nodenext', 'bundler'] as const;
+
+/** The packed tarball, unpacked into consumer projects that depend on it like any user would. */
 beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), 'pgfence-pack-'));
-  const { stdout } = await run('npm', ['pack', '--json', '--pack-destination', work], { cwd: root });
-  const packed = JSON.parse(stdout) as { filename: string; files: { path: string }[] }[];
-  files = packed[0]!.files.map((f) => f.path);
-  const consumer = join(work, 'consumer');
-  await mkdir(join(consumer, 'node_modules', 'pgfence'), { recursive: true });
-  await run('tar', ['-xzf', join(work, packed[0]!.filename), '-C', join(consumer, 'node_modules', 'pgfence'), '--strip-components=1']);
-  // The consumer's other dependencies: the ones this repository has installed.
-  for (const dep of ['pg', '@types/pg', 'kysely', 'pg-boss', '@types/node', 'murmurhash3js-revisited', 'pg-types', 'pg-protocol']) {
-    const at = join(consumer, 'node_modules', dep);
-    await mkdir(join(at, '..'), { recursive: true });
-    await symlink(join(root, 'node_modules', dep), at).catch(() => {});
-  }
-  await writeFile(join(consumer, 'package.json'), JSON.stringify({ name: 'consumer', type: 'module', private: true }));
-  await writeFile(
-    join(consumer, 'tsconfig.json'),
-    JSON.stringify({
-      compilerOptions: { strict: true, module: 'NodeNext', moduleResolution: 'NodeNext', target: 'ES2022', noEmit: true, types: ['node'], skipLibCheck: false },
-      files: ['consumer.ts'],
-    }),
-  );
-  await writeFile(
-    join(consumer, 'consumer.ts'),
-    `import { createLocker, lockKey, xactLock, fencedUpdate, fencingColumnSql, migrate, LockTimeoutError, type LockHandle, type LeaseHandle, type Locker } from 'pgfence';
-import { xactLock as kXactLock, fenced, pgfenceMigrations, addFencingColumn } from 'pgfence/kysely';
-import { workWithLock } from 'pgfence/pg-boss';
-const locker: Locker = createLocker({ connectionString: 'postgres://localhost/x' });
-const key: bigint = lockKey('order:1', { namespace: 'app' });
-async function use(): Promise<void> {
-  const h: LockHandle = await locker.acquire('a', { timeoutMs: 10, fencing: true });
-  const t: bigint | null = h.token;
-  const l: LeaseHandle = await locker.lease('b', { ttlMs: 1000 });
-  const e: bigint = l.token;
-  void [t, e, key, xactLock, fencedUpdate, fencingColumnSql('x'), migrate, kXactLock, fenced, pgfenceMigrations, addFencingColumn, workWithLock];
-  if (h instanceof LockTimeoutError) throw h;
-}
-void use;
-`,
-  );
-}, 120_000);
+  // Pack from a clean tree (what git has: no dist/), as `npm publish` from a fresh clone would: prepack builds.
+  const tree = join(work, 'tree');
+  await mkdir(tree);
+  await run('sh', ['-c', `git ls-files -z --cached --others --exclude-standard | xargs -0 sh -c 'for f; do [ -e "$f" ] && printf "%s\\0" "$f"; done' _ | tar --null -T - -cf - | tar -xf - -C '${tree}'`], {
+    cwd: root,
+  });
+  await symlink(await realpath(join(root, 'node_modules')), join(tree, 'node_modules'));
+  const [{ stdout }] = await Promise.all([
+    run('npm', ['pack', '--json', '--pack-destination', work], { cwd: tree }),
+    ...kyselyVersions.map((v) =>
+      run('npm', ['install', '--prefix', join(work, `kysely-${v}`), '--no-save', '--no-package-lock', '--prefer-offline', '--no-audit', '--no-fund', `kysely@${v}`]),
+    ),
+  ]);
+  const packed = JSON.parse(stdout.slice(stdout.indexOf('['))) as { filename: string; files: { path: string }[] }[];
+  tarball = join(work, packed[0]!.filename);
+  files = packed[0]!.files;
+  await Promise.all(kyselyVersions.map((v) => makeConsumer(v)));
+}, 180_000);
 
 afterAll(async () => {
   await rm(work, { recursive: true, force: true });
 });
 
+/** A consumer project using kysely `version` (and the pg-boss this run has installed). */
+async function makeConsumer(version: string): Promise<void> {
+  const consumer = join(work, `consumer-${version}`);
+  await mkdir(join(consumer, 'node_modules', 'pgfence'), { recursive: true });
+  await run('tar', ['-xzf', tarball, '-C', join(consumer, 'node_modules', 'pgfence'), '--strip-components=1']);
+  await symlink(join(work, `kysely-${version}`, 'node_modules', 'kysely'), join(consumer, 'node_modules', 'kysely'));
+  // The consumer's other dependencies: the ones this repository has installed.
+  for (const dep of ['pg', '@types/pg', 'pg-boss', '@types/node', 'murmurhash3js-revisited', 'pg-types', 'pg-protocol']) {
+    const at = join(consumer, 'node_modules', dep);
+    await mkdir(join(at, '..'), { recursive: true });
+    await symlink(await realpath(join(root, 'node_modules', dep)), at);
+  }
+  await writeFile(join(consumer, 'package.json'), JSON.stringify({ name: 'consumer', type: 'module', private: true }));
+  for (const resolution of resolutions) {
+    const module = resolution === 'bundler' ? 'ESNext' : resolution === 'node16' ? 'Node16' : 'NodeNext';
+    await writeFile(
+      join(consumer, `tsconfig.${resolution}.json`),
+      JSON.stringify({
+        compilerOptions: { strict: true, module, moduleResolution: resolution, target: 'ES2022', noEmit: true, types: ['node'], skipLibCheck: false },
+        files: ['consumer.ts'],
+      }),
+    );
+  }
+  const [, minor] = version.split('.').map(Number);
+  const migratorFrom = minor! >= 29 ? 'kysely/migration' : 'kysely';
+  const bossImport = installedAtLeast('pg-boss', 12) ? "import { PgBoss } from 'pg-boss';" : "import PgBoss from 'pg-boss';";
+  await writeFile(
+    join(consumer, 'consumer.ts'),
+    `import { createLocker, lockKey, xactLock, fencedUpdate, fencingColumnSql, migrate, LockTimeoutError, type LockHandle, type LeaseHandle, type Locker } from 'pgfence';
+import { xactLock as kXactLock, fenced, pgfenceMigrations, addFencingColumn } from 'pgfence/kysely';
+import { workWithLock } from 'pgfence/pg-boss';
+import { Kysely, PostgresDialect } from 'kysely';
+import { Migrator } from '${migratorFrom}';
+${bossImport}
+import pg from 'pg';
+
+interface Database {
+  orders: { id: number; status: string; fencing_token: string | null };
+}
+const locker: Locker = createLocker({ connectionString: 'postgres://localhost/x' });
+const key: bigint = lockKey('order:1', { namespace: 'app' });
+const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) });
+// pgfence's provider is a Kysely MigrationProvider, with no cast.
+const migrator = new Migrator({ db, provider: pgfenceMigrations(), migrationTableName: 'pgfence_kysely_migration' });
+const boss = new PgBoss('postgres://localhost/x');
+
+async function use(): Promise<void> {
+  const h: LockHandle = await locker.acquire('a', { timeoutMs: 10, fencing: true });
+  const t: bigint | null = h.token;
+  const l: LeaseHandle = await locker.lease('b', { ttlMs: 1000 });
+  const e: bigint = l.token;
+  await db.transaction().execute(async (trx) => {
+    const lock = await kXactLock(trx, 'order:1');
+    await fenced(trx.updateTable('orders').set({ status: 'paid' }).where('id', '=', 1), e).execute();
+    void lock.key;
+  });
+  await workWithLock<{ orderId: number }>(boss, locker, 'orders', { key: (job) => \`order:\${job.data.orderId}\` }, async (job, lock) => {
+    job.signal.throwIfAborted();
+    return { orderId: job.data.orderId, token: String(lock.token) };
+  });
+  const { error } = await migrator.migrateToLatest();
+  void [t, e, key, error, xactLock, fencedUpdate, fencingColumnSql('x'), migrate, addFencingColumn];
+  if (h instanceof LockTimeoutError) throw h;
+}
+void use;
+`,
+  );
+}
+
 describe('the packed package', () => {
-  it('contains the build, the migrations and the SQL definitions, and nothing stray', () => {
-    expect(files).toContain('dist/index.js');
-    expect(files).toContain('dist/index.d.ts');
-    expect(files).toContain('dist/kysely/index.d.ts');
-    expect(files).toContain('dist/pg-boss/index.d.ts');
-    expect(files).toContain('dist/cli/main.js');
-    expect(files).toContain('migrations/0001_schema.sql');
-    expect(files).toContain('sql/fencing.sql');
-    expect(files).toContain('package.json');
-    const allowed = /^(dist\/.+\.(js|d\.ts)|migrations\/(\d{4}_\w+\.sql|README\.md)|sql\/([\w-]+\.sql|kysely-definition-migrations\.txt|README\.md)|package\.json|README\.md)$/;
-    expect(files.filter((f) => !allowed.test(f))).toEqual([]);
-    expect(files.some((f) => f.startsWith('src/') || f.startsWith('test/') || f.startsWith('bench/'))).toBe(false);
+  it('contains the build, the migrations, the SQL definitions, the bin and the licence, and nothing stray', async () => {
+    const paths = files.map((f) => f.path);
+    for (const path of ['dist/index.js', 'dist/index.d.ts', 'dist/kysely/index.d.ts', 'dist/pg-boss/index.d.ts', 'dist/cli/main.js']) {
+      expect(paths).toContain(path);
+    }
+    expect(paths).toContain('migrations/0001_schema.sql');
+    expect(paths).toContain('sql/fencing.sql');
+    expect(paths).toContain('sql/kysely-definition-migrations.txt');
+    expect(paths).toContain('package.json');
+    expect(paths).toContain('LICENSE');
+    expect(paths).toContain('README.md');
+    const allowed = /^(dist\/.+\.(js|d\.ts)|migrations\/(\d{4}_\w+\.sql|README\.md)|sql\/([\w-]+\.sql|kysely-definition-migrations\.txt|README\.md)|package\.json|README\.md|LICENSE)$/;
+    expect(paths.filter((f) => !allowed.test(f))).toEqual([]);
+    expect(paths.some((f) => f.startsWith('src/') || f.startsWith('test/') || f.startsWith('bench/') || f.startsWith('ci/'))).toBe(false);
+
+    // The bin: what package.json names is in the tarball and starts with a shebang (npm makes it executable on install).
+    const manifest = JSON.parse(await readFile(join(work, `consumer-${kyselyVersions[0]}`, 'node_modules', 'pgfence', 'package.json'), 'utf8')) as {
+      bin: Record<string, string>;
+      repository?: unknown;
+      license?: string;
+      keywords?: string[];
+      homepage?: string;
+    };
+    const bin = manifest.bin.pgfence!.replace(/^\.\//, '');
+    expect(paths).toContain(bin);
+    expect(await readFile(join(work, `consumer-${kyselyVersions[0]}`, 'node_modules', 'pgfence', bin), 'utf8')).toMatch(/^#!\/usr\/bin\/env node\n/);
+    expect(manifest).toMatchObject({ license: 'MIT', repository: expect.anything(), homepage: expect.any(String), keywords: expect.arrayContaining(['postgresql']) });
   });
 
-  it('type-checks a TypeScript consumer of every subpath', async () => {
+  it('ships declarations without internal members', async () => {
+    const dts = await readFile(join(work, `consumer-${kyselyVersions[0]}`, 'node_modules', 'pgfence', 'dist', 'index.d.ts'), 'utf8');
+    expect(dts).not.toContain('@internal');
+  });
+
+  // Every resolution with the Kysely this run installed; the other Kysely with nodenext (each check takes seconds).
+  const checks = kyselyVersions.flatMap((version) =>
+    version === installedKysely ? resolutions.map((resolution) => [version, resolution] as const) : [[version, 'nodenext'] as const],
+  );
+  it.each(checks)('type-checks a TypeScript consumer of every subpath (kysely %s, moduleResolution %s, skipLibCheck false)', async (version, resolution) => {
     const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc');
-    const result = await run(process.execPath, [tsc, '-p', join(work, 'consumer', 'tsconfig.json')]).catch((e: { stdout: string }) => e);
+    const result = await run(process.execPath, [tsc, '-p', join(work, `consumer-${version}`, `tsconfig.${resolution}.json`)]).catch((e: { stdout: string }) => e);
     expect('stdout' in result ? result.stdout : '').toBe('');
   }, 60_000);
 
@@ -83,8 +174,23 @@ describe('the packed package', () => {
     const { stdout } = await run(
       process.execPath,
       ['--input-type=module', '-e', "const m = await import('pgfence'); const k = await import('pgfence/kysely'); console.log(typeof m.createLocker, typeof k.xactLock, String(m.lockKey('order:123')));"],
-      { cwd: join(work, 'consumer') },
+      { cwd: join(work, `consumer-${kyselyVersions[0]}`) },
     );
     expect(stdout.trim()).toBe('function function -2046217617591970219');
+  });
+
+  it("loads with require('pgfence') (Node >= 20.19 loads ES modules through require)", async () => {
+    const [major, minor] = process.versions.node.split('.').map(Number) as [number, number];
+    expect(major > 20 || (major === 20 && minor >= 19), `Node ${process.versions.node} is older than 20.19`).toBe(true);
+    const { stdout } = await run(
+      process.execPath,
+      [
+        '--no-warnings',
+        '-e',
+        "const m = require('pgfence'); const k = require('pgfence/kysely'); const b = require('pgfence/pg-boss'); console.log(typeof m.createLocker, typeof k.pgfenceMigrations, typeof b.workWithLock, String(m.lockKey('order:123')));",
+      ],
+      { cwd: join(work, `consumer-${kyselyVersions[0]}`) },
+    );
+    expect(stdout.trim()).toBe('function function function -2046217617591970219');
   });
 });
