@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import type pg from 'pg';
 import { CompositeLockHandle } from './advisory/composite-handle.js';
-import type { LockHandle } from './advisory/handle.js';
+import type { FencedLockHandle, LockHandle } from './advisory/handle.js';
 import { AdvisoryLockManager, type AcquireRequest } from './advisory/lock-manager.js';
 import { heldInCallback, runHolding } from './advisory/nesting.js';
 import { InvalidArgumentError, LockTimeoutError, LockUnavailableError, NestedLockError } from './errors.js';
@@ -11,7 +11,7 @@ import { NameRegistry } from './observe/name-registry.js';
 import { describeType, nameToBytes, resolveLock, type LockName, type LockTarget } from './keys.js';
 import { type Logger, silentLogger } from './observe/logger.js';
 import type { Meter } from './observe/metrics.js';
-import { type LockerStats, type LockMode, Observer } from './observe/observer.js';
+import { type LockerEvents, type LockerStats, type LockMode, Observer } from './observe/observer.js';
 import { abortSignal, booleanOption, callback, durationMs, oneOf, optionsObject, positiveInteger } from './options.js';
 import { ConnectionSource } from './session/connection-source.js';
 import { ReleaseListener } from './session/listener.js';
@@ -58,7 +58,10 @@ export interface AcquireOptions {
   allowNested?: boolean;
 }
 
-export interface LeaseOptions {
+/** AcquireOptions asking for a fencing token: the handle's `token` is then a bigint, never null. */
+export type FencedAcquireOptions = AcquireOptions & { fencing: true };
+
+export interface LeaseOptions<D = unknown> {
   /** Lease duration on the database clock; default 15000, at least 100. */
   ttlMs?: number;
   /** Renew automatically every ttlMs / 3; default true. */
@@ -68,24 +71,33 @@ export interface LeaseOptions {
   signal?: AbortSignal;
   /** Who holds it (shown by inspect and status); default host:pid:random. */
   owner?: string;
-  /** JSON kept with the lease. */
-  data?: unknown;
+  /** JSON kept with the lease (the handle's `data`). */
+  data?: D;
   allowNested?: boolean;
 }
 
-export interface Locker extends EventEmitter {
+/** A locker: its events ('acquired', 'released', 'timeout', 'lost', 'contention') are typed by LockerEvents. */
+export interface Locker extends EventEmitter<LockerEvents> {
+  acquire(name: LockName, opts: FencedAcquireOptions): Promise<FencedLockHandle>;
   acquire(name: LockName, opts?: AcquireOptions): Promise<LockHandle>;
+  tryAcquire(name: LockName, opts: Omit<FencedAcquireOptions, 'timeoutMs'>): Promise<FencedLockHandle | null>;
   tryAcquire(name: LockName, opts?: Omit<AcquireOptions, 'timeoutMs'>): Promise<LockHandle | null>;
+  withLock<T>(name: LockName, fn: (handle: FencedLockHandle) => Promise<T>, opts: FencedAcquireOptions): Promise<T>;
   withLock<T>(name: LockName, fn: (handle: LockHandle) => Promise<T>, opts?: AcquireOptions): Promise<T>;
+  tryWithLock<T>(
+    name: LockName,
+    fn: (handle: FencedLockHandle) => Promise<T>,
+    opts: Omit<FencedAcquireOptions, 'timeoutMs'>,
+  ): Promise<{ acquired: true; value: T } | { acquired: false }>;
   tryWithLock<T>(
     name: LockName,
     fn: (handle: LockHandle) => Promise<T>,
     opts?: Omit<AcquireOptions, 'timeoutMs'>,
   ): Promise<{ acquired: true; value: T } | { acquired: false }>;
   acquireAll(names: LockName[], opts?: AcquireOptions): Promise<LockHandle & { readonly handles: readonly LockHandle[] }>;
-  lease(name: LockName, opts?: LeaseOptions): Promise<LeaseHandle>;
-  tryLease(name: LockName, opts?: Omit<LeaseOptions, 'timeoutMs'>): Promise<LeaseHandle | null>;
-  withLease<T>(name: LockName, fn: (handle: LeaseHandle) => Promise<T>, opts?: LeaseOptions): Promise<T>;
+  lease<D = unknown>(name: LockName, opts?: LeaseOptions<D>): Promise<LeaseHandle<D>>;
+  tryLease<D = unknown>(name: LockName, opts?: Omit<LeaseOptions<D>, 'timeoutMs'>): Promise<LeaseHandle<D> | null>;
+  withLease<T, D = unknown>(name: LockName, fn: (handle: LeaseHandle<D>) => Promise<T>, opts?: LeaseOptions<D>): Promise<T>;
   semaphore(name: LockName, opts: SemaphoreOptions): Semaphore;
   leader(name: LockName, opts?: Omit<LeaseOptions, 'timeoutMs' | 'allowNested'>): LeaderElection;
   /** Held and waiting locks across the whole database, with names, and the leases held now. */
@@ -107,7 +119,7 @@ export function createLocker(options: LockerOptions): Locker {
   return new PgLocker(options);
 }
 
-class PgLocker extends EventEmitter implements Locker {
+class PgLocker extends EventEmitter<LockerEvents> implements Locker {
   private readonly opts: ResolvedLockerOptions;
   private readonly source: ConnectionSource;
   private readonly sessions: SessionPool;
@@ -182,6 +194,8 @@ class PgLocker extends EventEmitter implements Locker {
     this.semaphores = new SemaphoreManager(this.sessions, this.listener, this.observer);
   }
 
+  acquire(name: LockName, opts: FencedAcquireOptions): Promise<FencedLockHandle>;
+  acquire(name: LockName, opts?: AcquireOptions): Promise<LockHandle>;
   acquire(name: LockName, opts?: AcquireOptions): Promise<LockHandle> {
     // Not async: one promise less on the hot path. Validation errors still arrive as rejections.
     let request: AcquireRequest;
@@ -193,6 +207,8 @@ class PgLocker extends EventEmitter implements Locker {
     return this.locks.acquire(request, false) as Promise<LockHandle>;
   }
 
+  tryAcquire(name: LockName, opts: Omit<FencedAcquireOptions, 'timeoutMs'>): Promise<FencedLockHandle | null>;
+  tryAcquire(name: LockName, opts?: Omit<AcquireOptions, 'timeoutMs'>): Promise<LockHandle | null>;
   async tryAcquire(name: LockName, opts?: Omit<AcquireOptions, 'timeoutMs'>): Promise<LockHandle | null> {
     const o = optionsObject<AcquireOptions>(opts, 'tryAcquire options');
     if (o.timeoutMs !== undefined && o.timeoutMs !== 0) {
@@ -201,21 +217,34 @@ class PgLocker extends EventEmitter implements Locker {
     return this.locks.acquire(this.request(name, { ...o, timeoutMs: 0 }, 'tryAcquire'), true);
   }
 
-  async withLock<T>(name: LockName, fn: (handle: LockHandle) => Promise<T>, opts?: AcquireOptions): Promise<T> {
+  withLock<T>(name: LockName, fn: (handle: FencedLockHandle) => Promise<T>, opts: FencedAcquireOptions): Promise<T>;
+  withLock<T>(name: LockName, fn: (handle: LockHandle) => Promise<T>, opts?: AcquireOptions): Promise<T>;
+  // fn takes a FencedLockHandle only under the fencing overload, where the token is there.
+  async withLock<T>(name: LockName, fn: (handle: FencedLockHandle) => Promise<T>, opts?: AcquireOptions): Promise<T> {
     callback(fn, 'fn');
     const handle = await this.acquire(name, opts);
-    return this.runHolding(handle, fn);
+    return this.runHolding(handle as FencedLockHandle, fn);
   }
 
-  async tryWithLock<T>(
+  tryWithLock<T>(
+    name: LockName,
+    fn: (handle: FencedLockHandle) => Promise<T>,
+    opts: Omit<FencedAcquireOptions, 'timeoutMs'>,
+  ): Promise<{ acquired: true; value: T } | { acquired: false }>;
+  tryWithLock<T>(
     name: LockName,
     fn: (handle: LockHandle) => Promise<T>,
+    opts?: Omit<AcquireOptions, 'timeoutMs'>,
+  ): Promise<{ acquired: true; value: T } | { acquired: false }>;
+  async tryWithLock<T>(
+    name: LockName,
+    fn: (handle: FencedLockHandle) => Promise<T>,
     opts?: Omit<AcquireOptions, 'timeoutMs'>,
   ): Promise<{ acquired: true; value: T } | { acquired: false }> {
     callback(fn, 'fn');
     const handle = await this.tryAcquire(name, opts);
     if (!handle) return { acquired: false };
-    return { acquired: true, value: await this.runHolding(handle, fn) };
+    return { acquired: true, value: await this.runHolding(handle as FencedLockHandle, fn) };
   }
 
   async acquireAll(names: LockName[], opts?: AcquireOptions): Promise<CompositeLockHandle> {
@@ -248,19 +277,20 @@ class PgLocker extends EventEmitter implements Locker {
     return new CompositeLockHandle(held);
   }
 
-  async lease(name: LockName, opts?: LeaseOptions): Promise<LeaseHandle> {
-    return (await this.leases.acquire(this.leaseRequest(name, opts, 'lease'), false))!;
+  // The handle's data is the caller's own value (what it stored as JSON), hence the casts to LeaseHandle<D>.
+  async lease<D = unknown>(name: LockName, opts?: LeaseOptions<D>): Promise<LeaseHandle<D>> {
+    return (await this.leases.acquire(this.leaseRequest(name, opts, 'lease'), false)) as LeaseHandle<D>;
   }
 
-  async tryLease(name: LockName, opts?: Omit<LeaseOptions, 'timeoutMs'>): Promise<LeaseHandle | null> {
+  async tryLease<D = unknown>(name: LockName, opts?: Omit<LeaseOptions<D>, 'timeoutMs'>): Promise<LeaseHandle<D> | null> {
     const o = optionsObject<LeaseOptions>(opts, 'tryLease options');
     if (o.timeoutMs !== undefined && o.timeoutMs !== 0) {
       throw new InvalidArgumentError('timeoutMs', 'tryLease makes a single attempt; use lease() to wait');
     }
-    return this.leases.acquire(this.leaseRequest(name, { ...o, timeoutMs: 0 }, 'tryLease'), true);
+    return (await this.leases.acquire(this.leaseRequest(name, { ...o, timeoutMs: 0 }, 'tryLease'), true)) as LeaseHandle<D> | null;
   }
 
-  async withLease<T>(name: LockName, fn: (handle: LeaseHandle) => Promise<T>, opts?: LeaseOptions): Promise<T> {
+  async withLease<T, D = unknown>(name: LockName, fn: (handle: LeaseHandle<D>) => Promise<T>, opts?: LeaseOptions<D>): Promise<T> {
     callback(fn, 'fn');
     const handle = await this.lease(name, opts);
     return this.runHolding(handle, fn);

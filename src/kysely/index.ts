@@ -1,9 +1,17 @@
 import { CompiledQuery, type Kysely, type Transaction } from 'kysely';
 import { InvalidArgumentError } from '../errors.js';
 import { describeType, type LockName } from '../keys.js';
-import { tryXactLockWith, xactLockWith, type XactExecutor, type XactLockOptions, type XactLockResult } from '../advisory/xact.js';
+import {
+  tryXactLockWith,
+  xactLockWith,
+  type FencedXactLockOptions,
+  type FencedXactLockResult,
+  type XactExecutor,
+  type XactLockOptions,
+  type XactLockResult,
+} from '../advisory/xact.js';
 
-export type { XactLockOptions, XactLockResult } from '../advisory/xact.js';
+export type { FencedXactLockOptions, FencedXactLockResult, XactLockOptions, XactLockResult } from '../advisory/xact.js';
 
 // Any database schema: the lock statements touch none of the caller's tables.
 type AnyTransaction = Transaction<any> | Kysely<any>;
@@ -30,11 +38,19 @@ function kyselyExecutor(trx: AnyTransaction): XactExecutor {
 }
 
 /** pg_advisory_xact_lock inside a Kysely transaction (db.transaction().execute(async (trx) => ...)). */
+export async function xactLock(trx: AnyTransaction, name: LockName, opts: FencedXactLockOptions): Promise<FencedXactLockResult>;
+export async function xactLock(trx: AnyTransaction, name: LockName, opts?: XactLockOptions): Promise<XactLockResult>;
 export async function xactLock(trx: AnyTransaction, name: LockName, opts?: XactLockOptions): Promise<XactLockResult> {
   return xactLockWith(kyselyExecutor(trx), name, opts);
 }
 
 /** One try at a transaction lock inside a Kysely transaction; null when it is held elsewhere. */
+export async function tryXactLock(
+  trx: AnyTransaction,
+  name: LockName,
+  opts: Omit<FencedXactLockOptions, 'timeoutMs'>,
+): Promise<FencedXactLockResult | null>;
+export async function tryXactLock(trx: AnyTransaction, name: LockName, opts?: Omit<XactLockOptions, 'timeoutMs'>): Promise<XactLockResult | null>;
 export async function tryXactLock(
   trx: AnyTransaction,
   name: LockName,

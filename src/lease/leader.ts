@@ -1,5 +1,6 @@
 import { EventEmitter } from 'node:events';
 import type { LockHandle } from '../advisory/handle.js';
+import type { LockLostError, LockLostReason } from '../errors.js';
 import { internalKey, type LockTarget } from '../keys.js';
 import type { Logger } from '../observe/logger.js';
 import type { LeaseHandle } from './lease-manager.js';
@@ -15,10 +16,16 @@ export interface LeaderCampaignPorts {
 export interface ElectedEvent {
   epoch: bigint;
 }
+/** Why a term ended: resign(), or why its lease or its session lock was lost. */
+export type DemotionReason = 'resigned' | LockLostReason;
 export interface DemotedEvent {
   epoch: bigint;
-  /** 'resigned', 'lease-expired', 'lease-stolen', 'session-lost', 'closed' */
-  reason: string;
+  reason: DemotionReason;
+}
+/** A leader election's events and their payloads. */
+export interface LeaderEvents {
+  elected: [event: ElectedEvent];
+  demoted: [event: DemotedEvent];
 }
 
 /**
@@ -29,7 +36,7 @@ export interface DemotedEvent {
  * 'demoted' is emitted the moment a term ends (a lease's signal aborts before the database would let
  * another candidate in), so at most one candidate believes it leads at any time.
  */
-export interface LeaderElection extends EventEmitter {
+export interface LeaderElection extends EventEmitter<LeaderEvents> {
   readonly name: string | null;
   readonly isLeader: boolean;
   /** The epoch of the current term, or null when not leading. */
@@ -44,7 +51,7 @@ export interface LeaderElection extends EventEmitter {
 
 const RETRY_MS = 250;
 
-export class LeaderCampaign extends EventEmitter implements LeaderElection {
+export class LeaderCampaign extends EventEmitter<LeaderEvents> implements LeaderElection {
   private term: { epoch: bigint; lease: LeaseHandle; guard: LockHandle; controller: AbortController } | null = null;
   private readonly stop = new AbortController();
   private readonly running: Promise<void>;
@@ -133,7 +140,8 @@ export class LeaderCampaign extends EventEmitter implements LeaderElection {
     if (this.stop.signal.aborted || lease.signal.aborted || guard.signal.aborted) return Promise.resolve();
     const controller = new AbortController();
     this.term = { epoch: lease.token, lease, guard, controller };
-    const onLost = (signal: AbortSignal) => () => this.endTerm((signal.reason as { reason?: string })?.reason ?? 'lost', signal.reason);
+    // A handle's signal aborts with a LockLostError.
+    const onLost = (signal: AbortSignal) => () => this.endTerm((signal.reason as LockLostError).reason ?? 'session-lost', signal.reason);
     lease.signal.addEventListener('abort', onLost(lease.signal), { once: true });
     guard.signal.addEventListener('abort', onLost(guard.signal), { once: true });
     const ended = new Promise<void>((resolve) => controller.signal.addEventListener('abort', () => resolve(), { once: true }));
@@ -141,7 +149,7 @@ export class LeaderCampaign extends EventEmitter implements LeaderElection {
     return ended;
   }
 
-  private endTerm(reason: string, cause?: unknown): void {
+  private endTerm(reason: DemotionReason, cause?: unknown): void {
     const term = this.term;
     if (!term) return;
     this.term = null;

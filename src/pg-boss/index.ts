@@ -5,7 +5,7 @@
  * it is given through the few methods of BossLike, which pg-boss 10 has (tested) and the later
  * versions document (work, fail, the 'stopped' event).
  */
-import { InvalidArgumentError, PgfenceError, type Locker, type LockHandle, type LockLostError } from '../index.js';
+import { InvalidArgumentError, PgfenceError, type FencedLockHandle, type Locker, type LockHandle, type LockLostError } from '../index.js';
 
 /** A job as pg-boss hands it to a worker (with `includeMetadata`, it carries more fields). */
 export interface BossJob<T = object> {
@@ -125,8 +125,23 @@ export async function workWithLock<T = object>(
   boss: BossLike,
   locker: Locker,
   queue: string,
+  options: WorkWithLockOptions<T> & { fencing: true },
+  handler: (job: LockedJob<T>, lock: FencedLockHandle) => Promise<unknown>,
+): Promise<string>;
+export async function workWithLock<T = object>(
+  boss: BossLike,
+  locker: Locker,
+  queue: string,
   options: WorkWithLockOptions<T>,
   handler: (job: LockedJob<T>, lock: LockHandle) => Promise<unknown>,
+): Promise<string>;
+// handler takes a FencedLockHandle only under the fencing overload, where the token is there.
+export async function workWithLock<T = object>(
+  boss: BossLike,
+  locker: Locker,
+  queue: string,
+  options: WorkWithLockOptions<T>,
+  handler: (job: LockedJob<T>, lock: FencedLockHandle) => Promise<unknown>,
 ): Promise<string> {
   const o = checkArguments(boss, locker, queue, options, handler);
   const { key, waitMs, fencing } = o;
@@ -143,7 +158,7 @@ export async function workWithLock<T = object>(
         async (lock) => {
           acquired = true;
           const locked = { ...job, signal: anySignal(external, lock.signal) } as LockedJob<T>;
-          const result = await handler(locked, lock);
+          const result = await handler(locked, lock as FencedLockHandle);
           if (lock.signal.aborted) throw lock.signal.reason;
           return result;
         },
