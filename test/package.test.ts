@@ -84,13 +84,16 @@ async function makeConsumer(version: string): Promise<void> {
   const bossImport = installedAtLeast('pg-boss', 12) ? "import { PgBoss } from 'pg-boss';" : "import PgBoss from 'pg-boss';";
   await writeFile(
     join(consumer, 'consumer.ts'),
-    `import { createLocker, lockKey, xactLock, fencedUpdate, fencingColumnSql, migrate, LockTimeoutError, type LockHandle, type LeaseHandle, type Locker } from 'pgfence';
+    `import pg from 'pg';
+import {
+  createLocker, lockKey, xactLock, tryXactLock, fencedUpdate, fencingColumnSql, migrate, LockTimeoutError, PgfenceError,
+  type LockHandle, type LeaseHandle, type Locker, type PgfenceErrorCode, type LockLostReason, type DemotionReason,
+} from 'pgfence';
 import { xactLock as kXactLock, fenced, pgfenceMigrations, addFencingColumn } from 'pgfence/kysely';
-import { workWithLock } from 'pgfence/pg-boss';
+import { workWithLock, type JobStopReason } from 'pgfence/pg-boss';
 import { Kysely, PostgresDialect } from 'kysely';
 import { Migrator } from '${migratorFrom}';
 ${bossImport}
-import pg from 'pg';
 
 interface Database {
   orders: { id: number; status: string; fencing_token: string | null };
@@ -102,23 +105,55 @@ const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: new pg.Po
 const migrator = new Migrator({ db, provider: pgfenceMigrations(), migrationTableName: 'pgfence_kysely_migration' });
 const boss = new PgBoss('postgres://localhost/x');
 
-async function use(): Promise<void> {
-  const h: LockHandle = await locker.acquire('a', { timeoutMs: 10, fencing: true });
-  const t: bigint | null = h.token;
-  const l: LeaseHandle = await locker.lease('b', { ttlMs: 1000 });
+async function use(client: pg.PoolClient): Promise<void> {
+  // fencing: true types the token as a bigint, with no '!'; without it, bigint | null.
+  const h = await locker.acquire('a', { timeoutMs: 10, fencing: true });
+  const t: bigint = h.token;
+  const plain: LockHandle = await locker.acquire('a');
+  // @ts-expect-error: a lock taken without fencing may have no token
+  const noToken: bigint = plain.token;
+  const tried = await locker.tryAcquire('a', { fencing: true });
+  const tt: bigint | undefined = tried?.token;
+  await locker.withLock('a', async (lock) => lock.token satisfies bigint, { fencing: true });
+  await locker.tryWithLock('a', async (lock) => lock.token satisfies bigint, { fencing: true });
+  const x: bigint = (await xactLock(client, 'x', { fencing: true })).token;
+  const xt: bigint | undefined = (await tryXactLock(client, 'x', { fencing: true }))?.token;
+  const l: LeaseHandle<{ node: string }> = await locker.lease('b', { ttlMs: 1000, data: { node: 'n1' } });
   const e: bigint = l.token;
+  const node: string = l.data.node;
   await db.transaction().execute(async (trx) => {
-    const lock = await kXactLock(trx, 'order:1');
-    await fenced(trx.updateTable('orders').set({ status: 'paid' }).where('id', '=', 1), e).execute();
-    void lock.key;
+    const lock = await kXactLock(trx, 'order:1', { fencing: true });
+    await fenced(trx.updateTable('orders').set({ status: 'paid' }).where('id', '=', 1), lock.token).execute();
   });
-  await workWithLock<{ orderId: number }>(boss, locker, 'orders', { key: (job) => \`order:\${job.data.orderId}\` }, async (job, lock) => {
+  await workWithLock<{ orderId: number }>(boss, locker, 'orders', { key: (job) => \`order:\${job.data.orderId}\`, fencing: true }, async (job, lock) => {
     job.signal.throwIfAborted();
-    return { orderId: job.data.orderId, token: String(lock.token) };
+    const reason = job.signal.reason as JobStopReason;
+    return { orderId: job.data.orderId, token: lock.token satisfies bigint, stopped: reason.code };
   });
-  const { error } = await migrator.migrateToLatest();
-  void [t, e, key, error, xactLock, fencedUpdate, fencingColumnSql('x'), migrate, addFencingColumn];
-  if (h instanceof LockTimeoutError) throw h;
+  // Typed events and reasons.
+  locker.on('lost', (ev) => {
+    const why: LockLostReason = ev.reason;
+    const token: bigint | null = ev.token;
+    void [why, token];
+  });
+  // @ts-expect-error: not an event of a locker
+  locker.on('lsot', () => {});
+  locker.leader('l').on('demoted', (ev) => {
+    const why: DemotionReason = ev.reason;
+    void why;
+  });
+  try {
+    await migrator.migrateToLatest();
+  } catch (err) {
+    if (err instanceof PgfenceError) {
+      const code: PgfenceErrorCode = err.code;
+      // @ts-expect-error: not a pgfence error code
+      const wrong: typeof code = 'PGFENCE_NO_SUCH_CODE';
+      void wrong;
+    }
+    if (err instanceof LockTimeoutError) err.code satisfies 'PGFENCE_LOCK_TIMEOUT';
+  }
+  void [t, noToken, tt, x, xt, e, node, key, fencedUpdate, fencingColumnSql('x'), migrate, addFencingColumn];
 }
 void use;
 `,
@@ -156,8 +191,10 @@ describe('the packed package', () => {
   });
 
   it('ships declarations without internal members', async () => {
-    const dts = await readFile(join(work, `consumer-${kyselyVersions[0]}`, 'node_modules', 'pgfence', 'dist', 'index.d.ts'), 'utf8');
-    expect(dts).not.toContain('@internal');
+    const dir = join(work, `consumer-${kyselyVersions[0]}`, 'node_modules', 'pgfence');
+    const declarations = files.map((f) => f.path).filter((f) => f.endsWith('.d.ts'));
+    expect(declarations.length).toBeGreaterThan(10);
+    for (const path of declarations) expect(await readFile(join(dir, path), 'utf8'), path).not.toContain('@internal');
   });
 
   // Every resolution with the Kysely this run installed; the other Kysely with nodenext (each check takes seconds).
