@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
-import { mkdir, mkdtemp, readFile, realpath, rm, symlink, writeFile } from 'node:fs/promises';
+import { cp, mkdir, mkdtemp, readFile, realpath, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, relative, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -30,15 +30,18 @@ const kyselyVersions = await lockedKyselyVersions();
 const installedKysely = installedVersion('kysely').join('.');
 const resolutions = ['node16', 'nodenext', 'bundler'] as const;
 
+/** What a fresh clone lacks: installed packages, build output, caches (see .gitignore). */
+function notInClone(path: string): boolean {
+  const [top] = path.split(sep);
+  return path.split(sep).includes('node_modules') || ['dist', '.git', '.ci-cache', '.scratch', '.pgfence-test'].includes(top!) || path.endsWith('.tsbuildinfo');
+}
+
 /** The packed tarball, unpacked into consumer projects that depend on it like any user would. */
 beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), 'pgfence-pack-'));
-  // Pack from a clean tree (what git has: no dist/), as `npm publish` from a fresh clone would: prepack builds.
+  // Pack from a clean tree (no dist/, no build output), as `npm publish` from a fresh clone would: prepack builds.
   const tree = join(work, 'tree');
-  await mkdir(tree);
-  await run('sh', ['-c', `git ls-files -z --cached --others --exclude-standard | xargs -0 sh -c 'for f; do [ -e "$f" ] && printf "%s\\0" "$f"; done' _ | tar --null -T - -cf - | tar -xf - -C '${tree}'`], {
-    cwd: root,
-  });
+  await cp(root, tree, { recursive: true, filter: (from) => !notInClone(relative(root, from)) });
   await symlink(await realpath(join(root, 'node_modules')), join(tree, 'node_modules'));
   const [{ stdout }] = await Promise.all([
     run('npm', ['pack', '--json', '--pack-destination', work], { cwd: tree }),
