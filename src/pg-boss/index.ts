@@ -2,8 +2,8 @@
  * "pgfence/pg-boss": pg-boss workers whose jobs that share a key never run at the same time.
  *
  * pg-boss is an optional peer: this module never loads it, not even its types. It talks to the boss
- * it is given through the few methods of BossLike, which pg-boss 10 has (tested) and the later
- * versions document (work, fail, the 'stopped' event).
+ * it is given through the few methods of BossLike (work, fail, the 'stopped' event), which pg-boss
+ * 10 and 12 (both tested) and 11 have.
  */
 import { InvalidArgumentError, PgfenceError, type FencedLockHandle, type Locker, type LockHandle, type LockLostError } from '../index.js';
 
@@ -303,7 +303,7 @@ function batchClock(jobs: BossJob<unknown>[]): BatchClock {
   return { receivedAt: performance.now(), expireMs: seconds.length > 0 ? Math.max(1, ...seconds) * 1000 : Infinity };
 }
 
-/** pg-boss's timer may fire this much before our clock says the batch expired (it starts the timer after calling us). */
+/** pg-boss starts its batch timer just after calling the handler, so our clock reads at least expireMs at its abort; this absorbs timer rounding. */
 const EXPIRY_SLACK_MS = 50;
 
 /**
