@@ -3,7 +3,7 @@
 //
 //   npm run bench                 build, then the full run (about a minute)
 //   node bench/run.js --quick     a short smoke run (about 10 s)
-//   node bench/run.js --only=3    one measurement (1..5); combine with --quick
+//   node bench/run.js --only=3    one measurement (1..6); combine with --quick
 //
 // Database: DATABASE_URL, else postgres://postgres@127.0.0.1:5432/test.
 // Exit status: non-zero only when a measurement crashed; missed targets are reported in the table.
@@ -21,8 +21,8 @@ const ONLY = (() => {
   const a = args.find((x) => x.startsWith('--only='));
   return a ? Number(a.slice('--only='.length)) : null;
 })();
-if ((ONLY !== null && ![1, 2, 3, 4, 5].includes(ONLY)) || args.some((x) => x !== '--quick' && !x.startsWith('--only='))) {
-  console.error('usage: node bench/run.js [--quick] [--only=1|2|3|4|5]');
+if ((ONLY !== null && ![1, 2, 3, 4, 5, 6].includes(ONLY)) || args.some((x) => x !== '--quick' && !x.startsWith('--only='))) {
+  console.error('usage: node bench/run.js [--quick] [--only=1|2|3|4|5|6]');
   process.exit(2);
 }
 const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -512,6 +512,43 @@ async function benchDurable() {
   }
 }
 
+// ---------------------------------------------------------------- 6. names visible to other processes
+
+/**
+ * How soon another connection sees a just-granted lock's name in pgfence's registry (what inspect() and
+ * `pgfence status` of another process read). The registry writes in the background, batched, never on
+ * the acquire's path; DESIGN: visible within ~50 ms. The other side polls with a bare pinned client.
+ */
+async function benchNameVisibility() {
+  await migrate({ connectionString: DATABASE_URL });
+  const locker = createLocker({ connectionString: withAppName(DATABASE_URL, `${RUN_ID}_m6`) });
+  const client = await connectClient(`${RUN_ID}_m6b`);
+  const SEEN = { name: 'bench_name_seen', text: 'SELECT 1 FROM pgfence.lock_names WHERE key = $1::int8' };
+  try {
+    await (await locker.acquire(`${RUN_ID}/names/warm-up`)).release(); // the session and a pool connection exist
+    const samples = [];
+    for (let i = 0; i < (QUICK ? 10 : 40); i++) {
+      const name = `${RUN_ID}/names/${i}`;
+      const key = lockKey(name).toString();
+      const h = await locker.acquire(name);
+      const grantedAt = performance.now();
+      while ((await client.query({ ...SEEN, values: [key] })).rowCount === 0) {
+        if (performance.now() - grantedAt > 5000) throw new Error(`name ${name} not visible after 5 s`);
+      }
+      samples.push(performance.now() - grantedAt);
+      await h.release();
+      await sleep(20); // each name starts its own batch
+    }
+    const p50 = median(samples);
+    const p95 = percentile(samples, 95);
+    notes.push(`6. grant -> name visible to another connection (ms): ${samples.map((x) => x.toFixed(1)).join(', ')}`);
+    row('6. name visible to others after grant, p50', fmtMs(p50), '', '', '<= 50 ms', p50 <= 50);
+    row('6. ... p95, max', fmtMs(p95), fmtMs(Math.max(...samples)), '', 'info', null);
+  } finally {
+    await closeAll(locker, client);
+  }
+}
+
 // ---------------------------------------------------------------- main
 
 /** Share of the machine's CPU time that was busy over `ms` (Linux /proc/stat), or null elsewhere. */
@@ -560,6 +597,7 @@ const MEASUREMENTS = [
   [3, 'contended hand-off', benchHandoff],
   [4, '10,000 locks held at once', benchManyLocks],
   [5, 'fenced locks and leases vs one durable commit', benchDurable],
+  [6, 'lock names visible to other processes', benchNameVisibility],
 ];
 
 async function main() {

@@ -17,6 +17,13 @@ BEGIN
       ceil(extract(epoch FROM cur.expires_at - now_ts) * 1000)::bigint;
     RETURN;
   END IF;
+  -- A name is one lock whatever its kind: a session advisory lock (either mode) or a transaction lock
+  -- on the key makes the lease busy, for as long as nobody knows (NULL time left). Held until this
+  -- transaction commits, so that a session lock granted later sees the lease (admit_session_lock).
+  IF NOT pg_try_advisory_xact_lock(p_key) THEN
+    RETURN QUERY SELECT false, NULL::bigint, NULL::text, NULL::timestamptz, NULL::timestamptz, NULL::bigint;
+    RETURN;
+  END IF;
   IF NOT FOUND THEN
     -- A placeholder row to take over: rows are never deleted, so tokens never restart.
     INSERT INTO pgfence.leases (key, name, owner, token, acquired_at, renewed_at, expires_at, released_at)
@@ -39,4 +46,30 @@ BEGIN
     RETURN;
   END IF;
   RETURN QUERY SELECT true, issued, p_owner, now_ts, now_ts + p_ttl_ms * interval '1 millisecond', p_ttl_ms;
+END $$;
+
+-- A session advisory lock of p_key was just tried (p_granted: it was granted, in mode p_shared): it
+-- gives way to a live lease of the same key, since a name is one lock whatever its kind. Returns 1
+-- (kept), 0 (not granted) or 8 (a lease holds the name: the lock was given back).
+-- VOLATILE and plpgsql on purpose: the lease is read by a query of its own, whose snapshot is taken
+-- after the grant (pinned sessions run in READ COMMITTED). A lease committed before the grant is
+-- therefore seen, and one that commits after it could not be taken (lease_acquire's lock try fails).
+CREATE OR REPLACE FUNCTION pgfence.admit_session_lock(p_key bigint, p_shared boolean, p_granted boolean)
+RETURNS int
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+  IF NOT p_granted THEN
+    RETURN 0;
+  END IF;
+  -- PERFORM, not IF EXISTS (...): a plain query, which costs about half as much as a subquery expression.
+  PERFORM FROM pgfence.leases l WHERE l.key = p_key AND l.released_at IS NULL AND l.expires_at > clock_timestamp();
+  IF FOUND THEN
+    IF p_shared THEN
+      PERFORM pg_advisory_unlock_shared(p_key);
+    ELSE
+      PERFORM pg_advisory_unlock(p_key);
+    END IF;
+    RETURN 8;
+  END IF;
+  RETURN 1;
 END $$;

@@ -11,6 +11,7 @@ export const PGFENCE_ERROR_CODES = [
   'PGFENCE_TOKENS_EXHAUSTED',
   'PGFENCE_INVALID_ARGUMENT',
   'PGFENCE_CLOSED',
+  'PGFENCE_RESIGNED',
   // The database
   'PGFENCE_UNAVAILABLE',
   'PGFENCE_POOLED_CONNECTION',
@@ -89,11 +90,24 @@ export class LockLostError extends PgfenceError {
 /** A lock was requested while a callback of the same locker already holds one. */
 export class NestedLockError extends PgfenceError {
   declare readonly code: 'PGFENCE_NESTED_LOCK';
-  constructor(lockName: string | null, key: bigint, heldName: string | null, heldKey: bigint) {
+  constructor(
+    lockName: string | null,
+    key: bigint,
+    heldName: string | null,
+    heldKey: bigint,
+    /** What was asked for ('lock' by default), and who holds the outer lock (default "a callback"). */
+    opts: { kind?: 'lock' | 'lease' | 'semaphore'; context?: string } = {},
+  ) {
+    const kind = opts.kind ?? 'lock';
+    const what = kind === 'semaphore' ? `a permit of semaphore ${describeLock(lockName, key)}` : `${kind} ${describeLock(lockName, key)}`;
+    // acquireAll takes session locks only: a permit or a lease is taken outside the callback instead.
+    const fix =
+      kind === 'lock'
+        ? 'take both with acquireAll(), or pass { allowNested: true } to the inner call if every caller takes them in this order'
+        : `pass { allowNested: true } to the inner call if every caller takes them in this order, or take the ${kind === 'semaphore' ? 'permit' : 'lease'} outside it`;
     super(
       'PGFENCE_NESTED_LOCK',
-      `lock ${describeLock(lockName, key)} was requested inside a callback that holds ${describeLock(heldName, heldKey)}; ` +
-        'nested locks can deadlock: take both with acquireAll(), or pass { allowNested: true } if the order is fixed',
+      `${what} was requested inside ${opts.context ?? 'a callback'}, which holds ${describeLock(heldName, heldKey)}; nested locks can deadlock: ${fix}`,
     );
   }
 }
@@ -106,6 +120,21 @@ export class NotInTransactionError extends PgfenceError {
       'PGFENCE_NOT_IN_TRANSACTION',
       'xactLock() needs an open transaction (an autocommit transaction lock would be released at once); ' +
         'call it after BEGIN, or inside db.transaction().execute() with Kysely',
+    );
+  }
+}
+
+/**
+ * A transaction-scoped lock was requested in a transaction that an earlier statement already failed
+ * (SQLSTATE 25P02): nothing runs in it any more. Roll it back (and retry in a new one).
+ */
+export class TransactionAbortedError extends PgfenceError {
+  declare readonly code: 'PGFENCE_TRANSACTION_ABORTED';
+  constructor(options?: { cause?: unknown }) {
+    super(
+      'PGFENCE_TRANSACTION_ABORTED',
+      'the transaction is aborted (an earlier statement in it failed): ROLLBACK it, then take the lock in a new transaction',
+      options,
     );
   }
 }
@@ -140,6 +169,17 @@ export class LockUnavailableError extends PgfenceError {
   declare readonly code: 'PGFENCE_UNAVAILABLE';
   constructor(message: string, options?: { cause?: unknown }) {
     super('PGFENCE_UNAVAILABLE', message, options);
+  }
+}
+
+/**
+ * The locker was closed (or is closing): nothing can be acquired through it any more. Not an outage:
+ * the database may be fine, the caller's own locker is shut.
+ */
+export class LockerClosedError extends PgfenceError {
+  declare readonly code: 'PGFENCE_CLOSED';
+  constructor(message = 'the locker is closed', options?: { cause?: unknown }) {
+    super('PGFENCE_CLOSED', message, options);
   }
 }
 

@@ -3,10 +3,11 @@ export type { AcquireOptions, FencedAcquireOptions, LeaseOptions, Locker, Locker
 export type { Semaphore, SemaphoreAcquireOptions, SemaphoreOptions } from './advisory/semaphore.js';
 export type { FencedLockHandle, LockHandle } from './advisory/handle.js';
 export { lockKey } from './keys.js';
-export type { LockName } from './keys.js';
+export type { LockKeyOptions, LockName } from './keys.js';
 export {
   DeadlockError,
   InvalidArgumentError,
+  LockerClosedError,
   LockLostError,
   LockTimeoutError,
   LockUnavailableError,
@@ -14,6 +15,7 @@ export {
   NotInTransactionError,
   PgfenceError,
   StaleTokenError,
+  TransactionAbortedError,
 } from './errors.js';
 export { PGFENCE_ERROR_CODES } from './errors.js';
 export type { LockLostReason, PgfenceErrorCode } from './errors.js';
@@ -21,6 +23,7 @@ export type { Logger } from './observe/logger.js';
 export type { Meter } from './observe/metrics.js';
 export type {
   AcquiredEvent,
+  BounceEvent,
   ContentionEvent,
   LockerEvents,
   LockerStats,
@@ -32,12 +35,13 @@ export type {
 } from './observe/observer.js';
 export { tryXactLock, xactLock } from './advisory/xact-pg.js';
 export type { FencedXactLockOptions, FencedXactLockResult, XactLockOptions, XactLockResult } from './advisory/xact.js';
-export { fencedUpdate } from './fencing/fenced-update-pg.js';
+export { fencedClaim, fencedUpdate } from './fencing/fenced-update-pg.js';
 export type { FencedUpdateResult, FencedUpdateSpec } from './fencing/fenced-update.js';
+export type { FencedClaimResult, FencedClaimSpec } from './fencing/fenced-claim.js';
 export { fencingColumnSql } from './fencing/fencing-column.js';
 export type { FencingColumnOptions } from './fencing/fencing-column.js';
 export type { LeaseHandle } from './lease/lease-manager.js';
-export type { DemotedEvent, DemotionReason, ElectedEvent, LeaderElection, LeaderEvents } from './lease/leader.js';
+export type { DemotedEvent, DemotionReason, ElectedEvent, LeaderElection, LeaderEvents, WhenElectedOptions } from './lease/leader.js';
 export { migrate } from './migrate/index.js';
 export type { MigrateOptions, MigrateResult } from './migrate/index.js';
 export type { LeaseEntry, LockEntry, LockReport } from './observe/inspect.js';

@@ -1,5 +1,6 @@
 import murmur from 'murmurhash3js-revisited';
 import { InvalidArgumentError } from './errors.js';
+import { optionKeys, optionsObject } from './options.js';
 
 /** What a lock is called: a name (hashed) or an explicit int64 key. */
 export type LockName = string | bigint | number;
@@ -15,32 +16,56 @@ const INT64_MIN = -(2n ** 63n);
 const INT64_MAX = 2n ** 63n - 1n;
 const encoder = new TextEncoder();
 
+export interface LockKeyOptions {
+  namespace?: string;
+}
+export const LOCK_KEY_OPTION_KEYS = optionKeys<LockKeyOptions>({ namespace: true });
+
 /**
  * The int64 advisory-lock key of a name: the first 64-bit word of MurmurHash3_x64_128 over the
  * UTF-8 bytes (namespace ‖ 0x00 ‖ name when namespaced), seed 0, read as signed.
  * Stable forever: other languages reproduce it from test/vectors/keys.json.
  */
-export function lockKey(name: string, opts: { namespace?: string } = {}): bigint {
-  if (typeof opts !== 'object' || opts === null) throw new InvalidArgumentError('opts', 'must be an object');
-  // Services take the same few names over and over: remember recent ones (already validated).
-  const cacheKey = typeof name === 'string' && (opts.namespace === undefined || typeof opts.namespace === 'string')
-    ? opts.namespace === undefined ? name : `${opts.namespace}\0${name}`
-    : null;
-  const cached = cacheKey === null ? undefined : recentKeys.get(cacheKey);
+export function lockKey(name: string, opts?: LockKeyOptions): bigint {
+  const namespace = opts === undefined ? undefined : optionsObject<LockKeyOptions>(opts, 'lockKey options', LOCK_KEY_OPTION_KEYS).namespace;
+  return keyOf(name, namespace);
+}
+
+function keyOf(name: unknown, namespace: unknown): bigint {
+  // Services take the same few names over and over: remember recent ones. Only strings that passed
+  // validation are ever stored, and names without a namespace and each namespace's names live in
+  // separate maps, so no spelling of one can be found as the other.
+  const cache = typeof name !== 'string' ? undefined : namespace === undefined ? plainKeys : typeof namespace === 'string' ? namespacedKeys.get(namespace) : undefined;
+  const cached = cache?.get(name as string);
   if (cached !== undefined) return cached;
-  const key = computeKey(name, opts.namespace);
-  if (cacheKey !== null) {
-    if (recentKeys.size >= RECENT_KEYS) recentKeys.delete(recentKeys.keys().next().value!);
-    recentKeys.set(cacheKey, key);
-  }
+  const key = computeKey(name, namespace);
+  remember(namespace as string | undefined, name as string, key);
   return key;
 }
 
+/** Recently used names (each validated) and their keys: names without a namespace, and per namespace. */
 const RECENT_KEYS = 4096;
-/** Validated names (with their namespace, NUL-separated: neither can contain NUL) and their keys. */
-const recentKeys = new Map<string, bigint>();
+const plainKeys = new Map<string, bigint>();
+const namespacedKeys = new Map<string, Map<string, bigint>>();
+let namespacedCount = 0;
 
-function computeKey(name: string, namespace: string | undefined): bigint {
+function remember(namespace: string | undefined, name: string, key: bigint): void {
+  if (namespace === undefined) {
+    if (plainKeys.size >= RECENT_KEYS) plainKeys.delete(plainKeys.keys().next().value!);
+    plainKeys.set(name, key);
+    return;
+  }
+  if (namespacedCount >= RECENT_KEYS) {
+    namespacedKeys.clear();
+    namespacedCount = 0;
+  }
+  let names = namespacedKeys.get(namespace);
+  if (!names) namespacedKeys.set(namespace, (names = new Map()));
+  if (!names.has(name)) namespacedCount++;
+  names.set(name, key);
+}
+
+function computeKey(name: unknown, namespace: unknown): bigint {
   const nameBytes = nameToBytes('name', name);
   if (namespace === undefined) return hashKey(nameBytes);
   const nsBytes = nameToBytes('namespace', namespace);
@@ -53,7 +78,7 @@ function computeKey(name: string, namespace: string | undefined): bigint {
 /** Resolves a user-supplied lock name or key, validating it before any I/O. */
 export function resolveLock(name: unknown, namespace?: string, argument = 'name'): LockTarget {
   if (typeof name === 'string') {
-    return { key: namespace === undefined ? lockKey(name) : lockKey(name, { namespace }), name };
+    return { key: keyOf(name, namespace), name };
   }
   return { key: toKey(name, argument), name: null };
 }

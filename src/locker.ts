@@ -4,20 +4,22 @@ import { CompositeLockHandle } from './advisory/composite-handle.js';
 import type { FencedLockHandle, LockHandle } from './advisory/handle.js';
 import { AdvisoryLockManager, type AcquireRequest } from './advisory/lock-manager.js';
 import { heldInCallback, runHolding } from './advisory/nesting.js';
-import { InvalidArgumentError, LockTimeoutError, LockUnavailableError, NestedLockError } from './errors.js';
+import { InvalidArgumentError, LockerClosedError, LockTimeoutError, NestedLockError } from './errors.js';
 import { LeaderCampaign, type LeaderElection } from './lease/leader.js';
 import { inspectDatabase, type LockReport, type OwnLocks } from './observe/inspect.js';
 import { NameRegistry } from './observe/name-registry.js';
 import { describeType, nameToBytes, resolveLock, type LockName, type LockTarget } from './keys.js';
-import { type Logger, silentLogger } from './observe/logger.js';
+import { jsonSafeLogger, type Logger, silentLogger } from './observe/logger.js';
 import type { Meter } from './observe/metrics.js';
-import { type LockerEvents, type LockerStats, type LockMode, Observer } from './observe/observer.js';
-import { abortSignal, booleanOption, callback, durationMs, oneOf, optionsObject, positiveInteger } from './options.js';
+import { type LockerEvents, type LockerStats, type LockMode, Observer, reportBounce } from './observe/observer.js';
+import { abortSignal, booleanOption, callback, durationMs, oneOf, optionKeys, optionsObject, positiveInteger } from './options.js';
 import { ConnectionSource } from './session/connection-source.js';
 import { ReleaseListener } from './session/listener.js';
 import { SessionPool } from './session/session-pool.js';
 import { LeaseManager, type LeaseHandle, type LeaseRequest } from './lease/lease-manager.js';
 import {
+  SEMAPHORE_ACQUIRE_OPTION_KEYS,
+  SEMAPHORE_OPTION_KEYS,
   SemaphoreManager,
   semaphoreKeys,
   type PermitRequest,
@@ -45,6 +47,16 @@ export interface LockerOptions {
   /** An @opentelemetry/api Meter. */
   meter?: Meter;
 }
+export const LOCKER_OPTION_KEYS = optionKeys<LockerOptions>({
+  connectionString: true,
+  pool: true,
+  namespace: true,
+  maxSessions: true,
+  keepaliveMs: true,
+  defaultTimeoutMs: true,
+  logger: true,
+  meter: true,
+});
 
 export interface AcquireOptions {
   mode?: LockMode;
@@ -57,6 +69,14 @@ export interface AcquireOptions {
   /** Allow acquiring inside a callback that already holds a lock of this locker. */
   allowNested?: boolean;
 }
+export const ACQUIRE_OPTION_KEYS = optionKeys<AcquireOptions>({
+  mode: true,
+  timeoutMs: true,
+  signal: true,
+  fencing: true,
+  ttlMs: true,
+  allowNested: true,
+});
 
 /** AcquireOptions asking for a fencing token: the handle's `token` is then a bigint, never null. */
 export type FencedAcquireOptions = AcquireOptions & { fencing: true };
@@ -75,8 +95,19 @@ export interface LeaseOptions<D = unknown> {
   data?: D;
   allowNested?: boolean;
 }
+export const LEASE_OPTION_KEYS = optionKeys<LeaseOptions>({
+  ttlMs: true,
+  renew: true,
+  timeoutMs: true,
+  signal: true,
+  owner: true,
+  data: true,
+  allowNested: true,
+});
+/** A candidate campaigns until it resigns; timeoutMs is listed only to be refused with a reason. */
+export const LEADER_OPTION_KEYS = LEASE_OPTION_KEYS.filter((k) => k !== 'allowNested');
 
-/** A locker: its events ('acquired', 'released', 'timeout', 'lost', 'contention') are typed by LockerEvents. */
+/** A locker: its events ('acquired', 'released', 'timeout', 'lost', 'contention', 'bounce') are typed by LockerEvents. */
 export interface Locker extends EventEmitter<LockerEvents> {
   acquire(name: LockName, opts: FencedAcquireOptions): Promise<FencedLockHandle>;
   acquire(name: LockName, opts?: AcquireOptions): Promise<LockHandle>;
@@ -135,11 +166,12 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
 
   constructor(options: LockerOptions) {
     super();
-    const o = optionsObject<LockerOptions>(options, 'createLocker options');
+    const o = optionsObject<LockerOptions>(options, 'createLocker options', LOCKER_OPTION_KEYS);
     if ((o.connectionString === undefined) === (o.pool === undefined)) {
       throw new InvalidArgumentError('createLocker options', 'pass exactly one of connectionString or pool');
     }
-    if (o.connectionString !== undefined && (typeof o.connectionString !== 'string' || o.connectionString === '')) {
+    if (o.connectionString !== undefined && (typeof o.connectionString !== 'string' || o.connectionString.trim() === '')) {
+      // node-postgres would quietly fall back to localhost and the PG* environment for a blank one.
       throw new InvalidArgumentError('connectionString', `expected a PostgreSQL URL, got ${describeType(o.connectionString)}`);
     }
     if (o.pool !== undefined && (typeof o.pool !== 'object' || o.pool === null || typeof o.pool.connect !== 'function')) {
@@ -210,7 +242,7 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
   tryAcquire(name: LockName, opts: Omit<FencedAcquireOptions, 'timeoutMs'>): Promise<FencedLockHandle | null>;
   tryAcquire(name: LockName, opts?: Omit<AcquireOptions, 'timeoutMs'>): Promise<LockHandle | null>;
   async tryAcquire(name: LockName, opts?: Omit<AcquireOptions, 'timeoutMs'>): Promise<LockHandle | null> {
-    const o = optionsObject<AcquireOptions>(opts, 'tryAcquire options');
+    const o = optionsObject<AcquireOptions>(opts, 'tryAcquire options', ACQUIRE_OPTION_KEYS);
     if (o.timeoutMs !== undefined && o.timeoutMs !== 0) {
       throw new InvalidArgumentError('timeoutMs', 'tryAcquire makes a single attempt; use acquire() to wait');
     }
@@ -251,14 +283,15 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
     if (!Array.isArray(names) || names.length === 0) {
       throw new InvalidArgumentError('names', `expected a non-empty array of lock names, got ${describeType(names)}`);
     }
-    const o = optionsObject<AcquireOptions>(opts, 'acquireAll options');
+    const o = optionsObject<AcquireOptions>(opts, 'acquireAll options', ACQUIRE_OPTION_KEYS);
     if (o.fencing) throw new InvalidArgumentError('fencing', 'acquireAll does not issue fencing tokens; fence each resource with its own lock');
-    const first = this.request(names[0], o, 'acquireAll');
+    // Every name is checked before request() notes the first one for the name registry (a write).
     const targets = new Map<bigint, LockTarget>();
     for (const [i, n] of names.entries()) {
       const t = resolveLock(n, this.opts.namespace, `names[${i}]`);
       targets.set(t.key, t);
     }
+    const first = this.request(names[0], o, 'acquireAll');
     // One canonical order (ascending key) for every caller: two acquireAll calls can never wait on each other in a cycle.
     const ordered = [...targets.values()].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
     const deadline = first.timeoutMs === Infinity ? Infinity : performance.now() + first.timeoutMs;
@@ -283,7 +316,7 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
   }
 
   async tryLease<D = unknown>(name: LockName, opts?: Omit<LeaseOptions<D>, 'timeoutMs'>): Promise<LeaseHandle<D> | null> {
-    const o = optionsObject<LeaseOptions>(opts, 'tryLease options');
+    const o = optionsObject<LeaseOptions>(opts, 'tryLease options', LEASE_OPTION_KEYS);
     if (o.timeoutMs !== undefined && o.timeoutMs !== 0) {
       throw new InvalidArgumentError('timeoutMs', 'tryLease makes a single attempt; use lease() to wait');
     }
@@ -297,7 +330,7 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
   }
 
   semaphore(name: LockName, opts: SemaphoreOptions): Semaphore {
-    const o = optionsObject<SemaphoreOptions>(opts, 'semaphore options');
+    const o = optionsObject<SemaphoreOptions>(opts, 'semaphore options', SEMAPHORE_OPTION_KEYS);
     const target = resolveLock(name, this.opts.namespace);
     const permits = positiveInteger(o.permits, 'permits', 10_000);
     const { baseKey, slots } = semaphoreKeys(target, permits);
@@ -307,7 +340,7 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
       slots.slice(0, 1000).forEach((slot, i) => this.names.note(slot, `${target.name} (permit ${i + 1} of ${permits})`, ns));
     }
     const request = (acquireOpts: SemaphoreAcquireOptions | undefined, method: string, tryOnly: boolean): PermitRequest => {
-      const a = optionsObject<SemaphoreAcquireOptions>(acquireOpts, `${method} options`);
+      const a = optionsObject<SemaphoreAcquireOptions>(acquireOpts, `${method} options`, SEMAPHORE_ACQUIRE_OPTION_KEYS);
       if (tryOnly && a.timeoutMs !== undefined && a.timeoutMs !== 0) {
         throw new InvalidArgumentError('timeoutMs', 'tryAcquire makes a single attempt; use acquire() to wait');
       }
@@ -317,7 +350,7 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
           ? this.opts.defaultTimeoutMs
           : durationMs(a.timeoutMs, 'timeoutMs', { allowInfinity: true });
       const r: PermitRequest = { target, baseKey, slots, timeoutMs, signal: abortSignal(a.signal) };
-      this.checkNesting(target, a.allowNested);
+      this.checkNesting(target, a.allowNested, 'semaphore');
       return r;
     };
     const acquire = async (acquireOpts?: SemaphoreAcquireOptions) =>
@@ -335,14 +368,27 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
   }
 
   leader(name: LockName, opts?: Omit<LeaseOptions, 'timeoutMs' | 'allowNested'>): LeaderElection {
-    const o = optionsObject<LeaseOptions>(opts, 'leader options');
+    const o = optionsObject<LeaseOptions>(opts, 'leader options', LEADER_OPTION_KEYS);
     if (o.timeoutMs !== undefined) throw new InvalidArgumentError('timeoutMs', 'a candidate campaigns until it resigns; use whenElected({ signal })');
     const template = this.leaseRequest(name, { ...o, timeoutMs: Infinity, allowNested: true }, 'leader');
-    if (this.closing) throw new LockUnavailableError('the locker is closed');
+    if (this.closing) throw new LockerClosedError();
     const campaign = new LeaderCampaign(template.target, {
       // A campaign may start inside a lock callback: its own locks are not nested in it.
       lease: (signal) => this.lease(name, { ...o, timeoutMs: Infinity, allowNested: true, signal: anySignal(signal, template.signal) }),
-      guard: (key) => this.acquire(key, { timeoutMs: this.opts.deadlineMs, allowNested: true }),
+      guard: (key, guardName) => {
+        // Named, and reported as kind 'leader': status and metrics show the term, not an anonymous key.
+        this.names.note(key, guardName, this.opts.namespace ?? null);
+        const request: AcquireRequest = {
+          target: { key, name: guardName },
+          mode: 'exclusive',
+          timeoutMs: this.opts.deadlineMs,
+          signal: undefined,
+          ttlMs: undefined,
+          fencing: false,
+          kind: 'leader',
+        };
+        return this.locks.acquire(request, false) as Promise<LockHandle>;
+      },
       logger: this.opts.logger,
     });
     this.campaigns.add(campaign);
@@ -369,13 +415,19 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
 
   close(): Promise<void> {
     this.closing ??= (async () => {
-      await Promise.all([...this.campaigns].map((c) => c.resign()));
+      await Promise.all([...this.campaigns].map((c) => c.closeWithLocker()));
       await Promise.all([this.locks.close(), this.leases.close(), this.semaphores.close(), this.names.flush()]);
       this.sessions.close();
       this.listener.close();
       await this.source.end();
     })();
     return this.closing;
+  }
+
+  /** @internal pgfence/pg-boss returned a job to pg-boss because its key was busy. */
+  [reportBounce](name: string, queue: string, jobId: string, waitMs: number | null): void {
+    const target = resolveLock(name, this.opts.namespace);
+    this.observer.bounced({ kind: 'lock', name: target.name, key: target.key, mode: 'exclusive' }, queue, jobId, waitMs);
   }
 
   private runHolding<H extends LockHandle, T>(handle: H, fn: (handle: H) => Promise<T>): Promise<T> {
@@ -389,12 +441,15 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
   }
 
   private leaseRequest(name: LockName | undefined, opts: LeaseOptions | undefined, method: string): LeaseRequest {
-    const o = optionsObject<LeaseOptions>(opts, `${method} options`);
+    const o = optionsObject<LeaseOptions>(opts, `${method} options`, LEASE_OPTION_KEYS);
     const target = resolveLock(name, this.opts.namespace);
     const owner = o.owner === undefined ? this.defaultOwner : o.owner;
     if (typeof owner !== 'string' || owner.length === 0 || owner.length > 200) {
       throw new InvalidArgumentError('owner', `expected a non-empty string of at most 200 characters, got ${describeType(owner)}`);
     }
+    // PostgreSQL text refuses both: caught here, not reported later as an outage.
+    if (owner.includes('\0')) throw new InvalidArgumentError('owner', 'must not contain NUL characters');
+    if (!owner.isWellFormed()) throw new InvalidArgumentError('owner', 'must be well-formed Unicode (it has a lone surrogate)');
     const request: LeaseRequest = {
       target,
       ttlMs: o.ttlMs === undefined ? 15_000 : durationMs(o.ttlMs, 'ttlMs', { min: 100, integer: true }),
@@ -405,21 +460,21 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
       owner,
       data: jsonData(o.data),
     };
-    this.checkNesting(target, o.allowNested);
+    this.checkNesting(target, o.allowNested, 'lease');
     this.names.note(target.key, target.name, this.opts.namespace ?? null);
     return request;
   }
 
-  private checkNesting(target: LockTarget, allowNested: unknown): void {
+  private checkNesting(target: LockTarget, allowNested: unknown, kind: 'lock' | 'lease' | 'semaphore'): void {
     if (booleanOption(allowNested, 'allowNested', false)) return;
     const outer = heldInCallback(this);
-    if (outer) throw new NestedLockError(target.name, target.key, outer.name, outer.key);
+    if (outer) throw new NestedLockError(target.name, target.key, outer.handle.name, outer.handle.key, { kind, context: outer.context });
   }
 
   /** Validates a request (before any I/O) and checks for nesting. */
   private request(name: LockName | undefined, opts: AcquireOptions | undefined, method: string): AcquireRequest {
     // The hot path (no options) allocates nothing beyond the request itself.
-    const o: Partial<AcquireOptions> = opts === undefined ? NO_OPTIONS : optionsObject<AcquireOptions>(opts, `${method} options`);
+    const o: Partial<AcquireOptions> = opts === undefined ? NO_OPTIONS : optionsObject<AcquireOptions>(opts, `${method} options`, ACQUIRE_OPTION_KEYS);
     const target = resolveLock(name, this.opts.namespace);
     const mode = o.mode === undefined ? 'exclusive' : oneOf(o.mode, 'mode', MODES, 'exclusive');
     const fencing = booleanOption(o.fencing, 'fencing', false);
@@ -434,7 +489,7 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
       ttlMs: o.ttlMs === undefined ? undefined : durationMs(o.ttlMs, 'ttlMs', { min: 1 }),
       fencing,
     };
-    this.checkNesting(target, o.allowNested);
+    this.checkNesting(target, o.allowNested, 'lock');
     this.names.note(target.key, target.name, this.opts.namespace ?? null);
     return request;
   }
@@ -459,7 +514,27 @@ function jsonData(data: unknown): unknown {
     throw new InvalidArgumentError('data', `must be JSON-serialisable: ${(err as Error).message}`);
   }
   if (text === undefined) throw new InvalidArgumentError('data', `must be JSON-serialisable, got ${describeType(data)}`);
-  return JSON.parse(text);
+  const parsed: unknown = JSON.parse(text);
+  checkJsonbStrings(parsed, 'data');
+  return parsed;
+}
+
+/** jsonb refuses \u0000 and lone surrogates in any string, key or value: refuse them before any I/O. */
+function checkJsonbStrings(value: unknown, path: string): void {
+  const check = (text: string, where: string) => {
+    if (text.includes('\0')) throw new InvalidArgumentError(where, 'must not contain NUL characters (PostgreSQL jsonb cannot store \\u0000)');
+    if (!text.isWellFormed()) throw new InvalidArgumentError(where, 'must be well-formed Unicode (it has a lone surrogate)');
+  };
+  if (typeof value === 'string') return check(value, path);
+  if (typeof value !== 'object' || value === null) return;
+  if (Array.isArray(value)) {
+    value.forEach((v, i) => checkJsonbStrings(v, `${path}[${i}]`));
+    return;
+  }
+  for (const [k, v] of Object.entries(value)) {
+    check(k, `${path} key ${JSON.stringify(k.slice(0, 40))}`);
+    checkJsonbStrings(v, `${path}.${k.slice(0, 40)}`);
+  }
 }
 
 function checkLogger(logger: unknown): Logger {
@@ -470,5 +545,5 @@ function checkLogger(logger: unknown): Logger {
       throw new InvalidArgumentError('logger', `expected a pino/console-shaped logger with a ${level}() method`);
     }
   }
-  return l as Logger;
+  return jsonSafeLogger(l as Logger);
 }

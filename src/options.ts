@@ -3,12 +3,70 @@ import { describeType } from './keys.js';
 
 /** Checks every argument before any I/O: each failure names the argument and what it accepts. */
 
-export function optionsObject<T extends object>(value: unknown, argument: string): Partial<T> {
+/**
+ * The option names one call accepts, listed next to its options interface. Built from a record with
+ * every key of T (optional ones too), so the compiler flags a list that misses or invents an option.
+ */
+export type OptionKeys<T> = readonly (keyof T & string)[];
+export function optionKeys<T extends object>(keys: { readonly [K in keyof Required<T>]: true }): OptionKeys<T> {
+  return Object.freeze(Object.keys(keys)) as OptionKeys<T>;
+}
+
+/**
+ * An options object: undefined (no options) or a plain object whose own keys are all in `known`. An
+ * unknown key (a typo such as `timeout:`) is refused, naming the closest valid one: ignoring it would
+ * silently drop what the caller asked for.
+ */
+export function optionsObject<T extends object>(value: unknown, argument: string, known: OptionKeys<T>): Partial<T> {
   if (value === undefined) return {};
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
     throw new InvalidArgumentError(argument, `expected an options object, got ${describeType(value)}`);
   }
+  // for-in with hasOwn: no array is allocated on the hot path.
+  for (const key in value) {
+    if (Object.hasOwn(value, key) && !(known as readonly string[]).includes(key)) throw unknownOption(key, argument, known);
+  }
   return value as Partial<T>;
+}
+
+function unknownOption(key: string, argument: string, known: readonly string[]): InvalidArgumentError {
+  const shown = key.length > 40 ? `${key.slice(0, 37)}...` : key;
+  const valid = known.length === 0 ? 'it takes none' : `valid: ${known.join(', ')}`;
+  const closest = closestKey(key, known);
+  return new InvalidArgumentError(
+    argument,
+    `unknown option '${shown}'${closest === null ? '' : `; did you mean '${closest}'?`} (${valid})`,
+  );
+}
+
+/** The known key nearest to `key` by edit distance (case-insensitive), if near enough to be a typo. */
+export function closestKey(key: string, known: readonly string[]): string | null {
+  const k = key.toLowerCase();
+  let best: string | null = null;
+  let bestDistance = Infinity;
+  for (const candidate of known) {
+    const c = candidate.toLowerCase();
+    // A prefix (`timeout` for `timeoutMs`) is the commonest slip: count it as near.
+    const d = c.startsWith(k) || k.startsWith(c) ? Math.min(2, editDistance(k, c)) : editDistance(k, c);
+    if (d < bestDistance) {
+      best = candidate;
+      bestDistance = d;
+    }
+  }
+  return bestDistance <= Math.max(2, Math.floor(key.length / 3)) ? best : null;
+}
+
+function editDistance(a: string, b: string): number {
+  if (a.length > 64 || b.length > 64) return Infinity;
+  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i];
+    for (let j = 1; j <= b.length; j++) {
+      row[j] = Math.min(prev[j]! + 1, row[j - 1]! + 1, prev[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+    }
+    prev = row;
+  }
+  return prev[b.length]!;
 }
 
 /** A wait bound: a finite number of ms >= 0, or Infinity where `allowInfinity`. */

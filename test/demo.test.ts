@@ -5,7 +5,17 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { DemoRecord, Holding, WriteRecord } from '../src/cli/demo/record.js';
+import { summarize, type Summary } from '../src/cli/demo/summary.js';
+import { timelineSvg } from '../src/cli/demo/timeline-svg.js';
+import { findChromium, layoutProblems, layoutSvgs } from './support/chromium.js';
 import { useTestDatabase } from './support/db.js';
+
+const chromium = findChromium();
+if (!chromium) {
+  const where = process.env.CI ? 'on CI, where it must be installed (.ci/run installs it)' : 'so the layout tests are SKIPPED';
+  console.warn(`\n*** No Chromium found (set CHROMIUM=/path/to/chromium) ${where}: the demo's SVG layout is not checked. ***\n`);
+}
 
 // The built command (the global setup builds dist/ first), as a user runs it.
 const main = fileURLToPath(new URL('../dist/cli/main.js', import.meta.url));
@@ -13,7 +23,8 @@ const main = fileURLToPath(new URL('../dist/cli/main.js', import.meta.url));
 function pgfence(args: string[], timeoutMs = 90_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
     const env: NodeJS.ProcessEnv = { ...process.env, NO_COLOR: '1' };
-    delete env.DATABASE_URL; // the demo must use --database-url
+    // The demo must use --database-url, or embedded PostgreSQL when there is none.
+    for (const name of ['DATABASE_URL', 'PGHOST', 'PGPORT', 'PGUSER', 'PGDATABASE', 'PGPASSWORD']) delete env[name];
     const child = spawn(process.execPath, [main, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
@@ -102,7 +113,7 @@ describe('pgfence demo', () => {
     const frozen = /frozen holder +(W\d) with token (\d+)/.exec(out);
     expect(frozen, out).not.toBeNull();
     const [, frozenWorker, frozenToken] = frozen!;
-    const staleValue = num(out, new RegExp(`\\+\\d+\\.\\d+s {2}${frozenWorker} +checks lease\\.signal\\.aborted: false\\.[^]*?It writes counter = (\\d+) to both tables`));
+    const staleValue = num(out, new RegExp(`\\+\\d+\\.\\d+s {2}${frozenWorker} +finishes the work it was frozen in\\. It had checked lease\\.signal\\.aborted just before that work: false\\.[^]*?It writes counter = (\\d+) to both tables`));
     const grants = [...out.matchAll(/(W\d) +lease granted, token (\d+)/g)].map((m) => ({ worker: m[1]!, token: BigInt(m[2]!) }));
     const newest = grants.reduce((a, b) => (b.token > a.token ? b : a));
 
@@ -151,6 +162,13 @@ describe('pgfence demo', () => {
       expect(control.writer_token).toBe(frozenToken);
       expect(ackControl - control.value).toBe(lostControl);
       expect(ackControl).toBe(ackFenced + 1); // the stale write, acknowledged by the control table only
+    // ... and the summary says so, or 12 against 13 reads as a write the fenced table dropped.
+    expect(out.replace(/\s+/g, ' ')).toMatch(/\(The control table acknowledged 1 increment more: the stale write, which the fenced table refused\.\)/);
+    // Tokens skip numbers when workers race for a free lease: the summary explains the gap when there is one.
+    const tokens = grants.map((g) => g.token);
+    const span = Number(tokens.reduce((a, b) => (b > a ? b : a)) - tokens.reduce((a, b) => (b < a ? b : a))) + 1;
+    const explained = /numbers for \d+ grants: a worker that raced for a free lease and lost drew a token too/.test(out.replace(/\s+/g, ' '));
+    expect(explained, out).toBe(span > grants.length);
       expect(fenced.value - control.value + 1).toBe(lostControl);
 
       // migrate() ran in that database, and the demo kept to its own schema.
@@ -184,9 +202,38 @@ describe('pgfence demo', () => {
     for (const m of grants) expect(svg).toContain(`>token ${m[2]}</text>`);
     expect(svg).toMatch(/<g class="marker refused">[^]*fenced write refused: token \d+ is stale/);
     expect(svg).toMatch(/<g class="marker overwrite">[^]*control write silently overwrote \d+ -&gt; \d+/);
-    expect(svg).toMatch(/frozen \d+\.\d s \(SIGSTOP\)/);
+    // The frozen stretch: its length, and the SIGSTOP and SIGCONT that began and ended it.
+    expect(svg).toMatch(/>frozen \d+\.\d s<\/text>/);
+    expect(svg).toMatch(/>SIGSTOP<\/text>[^]*>SIGCONT<\/text>/);
     expect([...svg.matchAll(/>\+\d+(\.\d)?s<\/text>/g)].length).toBeGreaterThanOrEqual(3);
   });
+
+  it.skipIf(!chromium && !process.env.CI)('lays the timeline out cleanly in Chromium: no label crossed, every tick inside its bar', async () => {
+    expect(chromium, 'Chromium is needed for this test on CI').not.toBeNull();
+    expect(run.code, `${run.stdout}\n${run.stderr}`).toBe(0);
+    const [layout] = await layoutSvgs(chromium!, [await readFile(svgPath, 'utf8')]);
+    expect(layout!.ticks.length).toBeGreaterThanOrEqual(8);
+    expect(layoutProblems(layout!)).toEqual([]);
+  });
+});
+
+describe('pgfence demo without a database', () => {
+  it('starts embedded PostgreSQL, and stops it (saying so) before the summary', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'pgfence-demo-embedded-test-'));
+    try {
+      const r = await pgfence(['demo', '--out', join(dir, 't.svg')]);
+      expect(r.code, `${r.stdout}\n${r.stderr}`).toBe(0);
+      const dataDir = /data in\s+(\S+)/.exec(r.stdout)?.[1];
+      expect(dataDir, r.stdout).toBeDefined();
+      const stopped = r.stdout.indexOf('PostgreSQL stopped, its temporary directory removed.');
+      expect(stopped, r.stdout).toBeGreaterThan(0);
+      expect(stopped, r.stdout).toBeLessThan(r.stdout.indexOf('\nSummary\n'));
+      expect(r.stdout.trimEnd().split('\n').at(-1)).toMatch(/^Timeline: /);
+      await expect(stat(dataDir!)).rejects.toMatchObject({ code: 'ENOENT' });
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }, 120_000);
 });
 
 describe('pgfence demo --help and bad options', () => {
@@ -201,5 +248,91 @@ describe('pgfence demo --help and bad options', () => {
     const r = await pgfence(['demo', '--workers', '1'], 20_000);
     expect(r.code).toBe(64);
     expect(r.stderr).toMatch(/--workers/);
+  });
+});
+
+// ---- The timeline's layout, measured in a real browser ----
+
+/**
+ * A run as the demo records it (times in ms since t0): W3 is frozen holding token 4, its lease
+ * expires at 3580 and W1 takes over at that very moment; each holder's second increment is sent as
+ * it releases (its tick would sit on the bar's edge). `idle` adds workers that never got the lease.
+ */
+function syntheticRun(idle: string[] = []): { record: DemoRecord; summary: Summary } {
+  const workers = ['W1', 'W2', 'W3', ...idle];
+  const write = (worker: string, token: bigint, sentAt: number, wanted: number, stale = false): WriteRecord => ({
+    worker,
+    token,
+    sentAt,
+    doneAt: sentAt + 2,
+    stale,
+    fenced: stale ? { applied: false, reason: 'stale', currentToken: '9', wanted, valueNow: 10 } : { applied: true, wanted },
+    control: stale ? { applied: true, wanted, overwrote: 10, overwroteToken: '9' } : { applied: true, wanted },
+  });
+  const holding = (worker: string, token: bigint, index: number, from: number, to: number, first: number): Holding => ({
+    worker,
+    token,
+    index,
+    grantedAt: from,
+    expiresAt: from + 2000,
+    releasedAt: to,
+    released: true,
+    writes: [write(worker, token, from + (to - from) / 2, first), write(worker, token, to, first + 1)],
+  });
+  const victim: Holding = { worker: 'W3', token: 4n, index: 3, grantedAt: 1590, expiresAt: 3590, releasedAt: 5300, released: false, writes: [] };
+  const stale = write('W3', 4n, 5292, 5, true);
+  victim.writes.push(stale);
+  const holdings = [
+    holding('W2', 1n, 1, 520, 1050, 1),
+    holding('W1', 2n, 2, 1060, 1580, 3),
+    victim,
+    holding('W1', 6n, 4, 3580, 4090, 5),
+    holding('W2', 8n, 5, 4090, 4600, 7),
+    holding('W1', 9n, 6, 4610, 5110, 9),
+  ];
+  const record: DemoRecord = {
+    t0: 0,
+    workers,
+    ttlMs: 2000,
+    holdings,
+    writes: holdings.flatMap((h) => h.writes).sort((a, b) => a.sentAt - b.sentAt),
+    pause: { worker: 'W3', token: 4n, how: 'stop', readValue: 4, pausedAt: 1592, procState: 'T', dbExpiresAt: 3580, resumedAt: 5290 },
+    takeover: { worker: 'W1', token: 6n, at: 3580 },
+    final: { fenced: { value: 10, lastWriter: 'W1', writerToken: 9n, fencingToken: 9n }, control: { value: 5, lastWriter: 'W3', writerToken: 4n } },
+    endAt: 5400,
+  };
+  return { record, summary: summarize(record) };
+}
+
+describe.skipIf(!chromium && !process.env.CI)("the demo timeline's layout in Chromium", () => {
+  it('is laid out without a label crossed by a line or another label, and with every tick inside its bar', async () => {
+    expect(chromium, 'Chromium is needed for this test on CI').not.toBeNull();
+    const plain = syntheticRun();
+    const withIdle = syntheticRun(['W4']);
+    const layouts = await layoutSvgs(chromium!, [timelineSvg(plain.record, plain.summary), timelineSvg(withIdle.record, withIdle.summary)]);
+    for (const layout of layouts) {
+      expect(layout.labels.length).toBeGreaterThan(20);
+      expect(layout.ticks.length).toBe(10); // two per completed holding
+      expect(layout.lines.filter((l) => l.cls === 'expiry-line').length).toBeGreaterThan(0);
+      expect(layoutProblems(layout)).toEqual([]);
+    }
+  });
+
+  it('explains an empty lane, marks SIGSTOP and SIGCONT, and draws the legend with the chart\'s own symbols', async () => {
+    const { record, summary } = syntheticRun(['W4']);
+    const svg = timelineSvg(record, summary);
+    const [layout] = await layoutSvgs(chromium!, [svg]);
+    const texts = layout!.labels.map((l) => l.text);
+    expect(texts.some((t) => /W4 never got the lease/.test(t)), texts.join(' | ')).toBe(true);
+    expect(texts.filter((t) => /never got the lease/.test(t))).toHaveLength(1); // only the idle worker's lane
+    expect(texts).toContain('SIGSTOP');
+    expect(texts).toContain('SIGCONT');
+    for (const cls of ['symbol refused', 'symbol overwrite']) {
+      const chart = layout!.symbols.filter((s) => s.cls === cls && !s.inLegend);
+      const legend = layout!.symbols.filter((s) => s.cls === cls && s.inLegend);
+      expect(chart.length, cls).toBe(1);
+      expect(legend.length, cls).toBe(1);
+      expect(legend[0]!.shapes, cls).toEqual(chart[0]!.shapes);
+    }
   });
 });

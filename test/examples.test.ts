@@ -40,6 +40,12 @@ describe('examples/', () => {
     expect(out).toContain('invoice 42 is paid');
   });
 
+  it('read-modify-write: reading before claiming loses an increment, claiming first loses none', async () => {
+    const out = await example('read-modify-write');
+    expect(out).toContain('read then write: 2 increments applied, counter = 1');
+    expect(out).toContain('claim then write: 1 increment applied, counter = 1; A was refused: stale');
+  });
+
   it('transaction-lock: numbers are issued once each', async () => {
     expect(await example('transaction-lock')).toContain('numbers issued: 1,2,3,4,5,6,7,8,9,10');
   });

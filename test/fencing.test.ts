@@ -5,6 +5,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   createLocker,
+  fencedClaim,
   fencedUpdate,
   fencingColumnSql,
   InvalidArgumentError,
@@ -13,7 +14,7 @@ import {
 } from '../src/index.js';
 import * as kyselyLocks from '../src/kysely/index.js';
 import { migrate } from '../src/migrate/index.js';
-import { sleep, track, useMigratedDatabase } from './support/db.js';
+import { eventually, sleep, track, useMigratedDatabase } from './support/db.js';
 import { startEmbedded } from './support/server.js';
 
 let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
@@ -101,15 +102,20 @@ describe('guarded writes', () => {
   });
 
   it('apply with the current token, again with the same token, and refuse an older one', async () => {
-    expect(await fencedUpdate(pool, { table: 'app.orders', set: { status: 'paid' }, where: { id: 1 }, token: 5n })).toEqual({ applied: true });
-    expect(await fencedUpdate(pool, { table: 'app.orders', set: { note: 'x' }, where: { id: 1 }, token: 5n })).toEqual({ applied: true });
+    const one = { applied: true, written: 1, refused: 0 };
+    expect(await fencedUpdate(pool, { table: 'app.orders', set: { status: 'paid' }, where: { id: 1 }, token: 5n })).toEqual(one);
+    expect(await fencedUpdate(pool, { table: 'app.orders', set: { note: 'x' }, where: { id: 1 }, token: 5n })).toEqual(one);
     expect(await fencedUpdate(pool, { table: 'app.orders', set: { status: 'stale' }, where: { id: 1 }, token: 4n })).toEqual({
       applied: false,
+      written: 0,
+      refused: 1,
       reason: 'stale',
       currentToken: 5n,
     });
     expect(await fencedUpdate(pool, { table: 'app.orders', set: { status: 'gone' }, where: { id: 99 }, token: 9n })).toEqual({
       applied: false,
+      written: 0,
+      refused: 0,
       reason: 'missing',
     });
     const { rows } = await pool.query(`SELECT status, note, fencing_token FROM app.orders WHERE id = 1`);
@@ -147,6 +153,159 @@ describe('guarded writes', () => {
   });
 });
 
+describe('a guarded write over several rows', () => {
+  it('reports how many rows it wrote and how many a newer token kept, and is applied only when it wrote them all', async () => {
+    await pool.query(`CREATE TABLE shipments (id int PRIMARY KEY, batch int, state text)`);
+    await pool.query(fencingColumnSql('shipments'));
+    await pool.query(`INSERT INTO shipments VALUES (1, 7, 'new', 3), (2, 7, 'new', 10), (3, 8, 'new', NULL)`);
+
+    const partial = await fencedUpdate(pool, { table: 'shipments', set: { state: 'sent' }, where: { batch: 7 }, token: 5n });
+    expect(partial).toEqual({ applied: false, written: 1, refused: 1, reason: 'stale', currentToken: 10n });
+    const { rows } = await pool.query(`SELECT id, state, fencing_token FROM shipments WHERE batch = 7 ORDER BY id`);
+    expect(rows).toEqual([
+      { id: 1, state: 'sent', fencing_token: '5' }, // token 3 row: written
+      { id: 2, state: 'new', fencing_token: '10' }, // token 10 row: kept
+    ]);
+
+    expect(await fencedUpdate(pool, { table: 'shipments', set: { state: 'done' }, where: { batch: 7 }, token: 10n })).toEqual({
+      applied: true,
+      written: 2,
+      refused: 0,
+    });
+    expect(await fencedUpdate(pool, { table: 'shipments', set: { state: 'x' }, where: { batch: 7 }, token: 4n })).toEqual({
+      applied: false,
+      written: 0,
+      refused: 2,
+      reason: 'stale',
+      currentToken: 10n,
+    });
+    expect(await fencedUpdate(pool, { table: 'shipments', set: { state: 'x' }, where: { batch: 9 }, token: 4n })).toEqual({
+      applied: false,
+      written: 0,
+      refused: 0,
+      reason: 'missing',
+    });
+  });
+});
+
+describe('a fenced read-modify-write', () => {
+  // A holds token 1, its lease expires, B takes over with token 2: both increment one counter.
+  const A = 1n;
+  const B = 2n;
+  beforeAll(async () => {
+    await pool.query(`CREATE TABLE counters (id int PRIMARY KEY, n int NOT NULL)`);
+    await pool.query(fencingColumnSql('counters'));
+  });
+  const reset = () => pool.query(`INSERT INTO counters VALUES (1, 0, NULL) ON CONFLICT (id) DO UPDATE SET n = 0, fencing_token = NULL`);
+  const counter = async () => (await pool.query(`SELECT n FROM counters WHERE id = 1`)).rows[0].n as number;
+  const increment = (n: number, token: bigint) => fencedUpdate(pool, { table: 'counters', set: { n: n + 1 }, where: { id: 1 }, token });
+
+  it('loses an increment when the stale holder reads, then writes first, with a plain read and fencedUpdate', async () => {
+    await reset();
+    const readA = await counter(); // A reads 0; then its lease expires
+    const readB = await counter(); // B (token 2) reads 0
+    const writeA = await increment(readA, A); // no newer token on the row yet: applied
+    const writeB = await increment(readB, B);
+    expect([writeA.applied, writeB.applied]).toEqual([true, true]);
+    expect(await counter()).toBe(1); // two increments acknowledged, one kept: the hazard fencedClaim removes
+  });
+
+  it('loses none when each holder claims the row with its token before reading it (fencedClaim)', async () => {
+    await reset();
+    const claimA = await fencedClaim<{ id: number; n: number }>(pool, { table: 'counters', where: { id: 1 }, token: A });
+    expect(claimA).toEqual({ claimed: true, rows: [{ id: 1, n: 0, fencing_token: '1' }], refused: 0 });
+    const claimB = await fencedClaim<{ id: number; n: number }>(pool, { table: 'counters', where: { id: 1 }, token: B });
+    expect(claimB.claimed).toBe(true);
+    const writeA = await increment(claimA.rows[0]!.n, A); // B's claim stamped token 2: refused
+    const writeB = await increment(claimB.rows[0]!.n, B);
+    expect(writeA).toEqual({ applied: false, written: 0, refused: 1, reason: 'stale', currentToken: B });
+    expect(writeB.applied).toBe(true);
+    expect(await counter()).toBe(1); // one increment acknowledged, one kept
+  });
+
+  it('refuses a claim by an older token once a newer one has claimed the row, and reports a missing row', async () => {
+    await reset();
+    expect((await fencedClaim(pool, { table: 'counters', where: { id: 1 }, token: B })).claimed).toBe(true);
+    expect(await fencedClaim(pool, { table: 'counters', where: { id: 1 }, token: A })).toEqual({
+      claimed: false,
+      rows: [],
+      refused: 1,
+      reason: 'stale',
+      currentToken: B,
+    });
+    // The same holder may claim again.
+    expect((await fencedClaim(pool, { table: 'counters', where: { id: 1 }, token: B })).claimed).toBe(true);
+    expect(await fencedClaim(pool, { table: 'counters', where: { id: 404 }, token: B })).toEqual({
+      claimed: false,
+      rows: [],
+      refused: 0,
+      reason: 'missing',
+    });
+  });
+
+  it('inside a transaction, a newer claim waits for the older claimant to commit and reads its write', async () => {
+    await reset();
+    const [a, b] = await Promise.all([pool.connect(), pool.connect()]);
+    try {
+      await a.query('BEGIN');
+      const claimA = await fencedClaim<{ n: number }>(a, { table: 'counters', where: { id: 1 }, token: A });
+      await b.query('BEGIN');
+      const claimB = fencedClaim<{ n: number }>(b, { table: 'counters', where: { id: 1 }, token: B });
+      await eventually(async () => (await lockWaiters()) === 1, 15_000, "B's claim to wait for A's row lock");
+      await fencedUpdate(a, { table: 'counters', set: { n: claimA.rows[0]!.n + 1 }, where: { id: 1 }, token: A });
+      await a.query('COMMIT');
+      const claimedB = await claimB;
+      expect(claimedB.rows[0]!.n).toBe(1); // B reads A's committed increment
+      await fencedUpdate(b, { table: 'counters', set: { n: claimedB.rows[0]!.n + 1 }, where: { id: 1 }, token: B });
+      await b.query('COMMIT');
+      expect(await counter()).toBe(2);
+    } finally {
+      a.release();
+      b.release();
+    }
+  });
+
+  it('works on tables whose names match the words of its own SQL', async () => {
+    for (const table of ['updated', 'claimed', 'seen']) {
+      await pool.query(`CREATE TABLE ${table} (id int PRIMARY KEY, n int)`);
+      await pool.query(fencingColumnSql(table));
+      await pool.query(`INSERT INTO ${table} VALUES (1, 0, 5), (2, 0, NULL)`);
+      expect(await fencedUpdate(pool, { table, set: { n: 1 }, where: { id: 1 }, token: 4n })).toEqual({
+        applied: false,
+        written: 0,
+        refused: 1,
+        reason: 'stale',
+        currentToken: 5n,
+      });
+      expect(await fencedClaim(pool, { table, where: { id: 1 }, token: 4n })).toMatchObject({ claimed: false, refused: 1, currentToken: 5n });
+      expect(await fencedClaim(pool, { table, where: { id: 2 }, token: 4n })).toEqual({
+        claimed: true,
+        rows: [{ id: 2, n: 0, fencing_token: '4' }],
+        refused: 0,
+      });
+    }
+  });
+
+  it.each<[string, object]>([
+    ['an injection-shaped table', { table: 'counters; DROP TABLE x', where: { id: 1 }, token: 1n }],
+    ['a bad where column', { table: 'counters', where: { 'id OR 1=1': 1 }, token: 1n }],
+    ['an empty where', { table: 'counters', where: {}, token: 1n }],
+    ['a number token', { table: 'counters', where: { id: 1 }, token: 1 }],
+    ['a zero token', { table: 'counters', where: { id: 1 }, token: 0n }],
+    ['an undefined value', { table: 'counters', where: { id: undefined }, token: 1n }],
+    ['a set (a claim writes only the token)', { table: 'counters', set: { n: 5 }, where: { id: 1 }, token: 1n }],
+    ['a bad column option', { table: 'counters', where: { id: 1 }, token: 1n, column: 'x y' }],
+  ])('fencedClaim refuses %s before any I/O', async (_label, spec) => {
+    const noIo = { query: () => Promise.reject(new Error('no I/O expected')) };
+    await expect(fencedClaim(noIo as never, spec as never)).rejects.toBeInstanceOf(InvalidArgumentError);
+  });
+});
+
+async function lockWaiters(): Promise<number> {
+  const { rows } = await pool.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`);
+  return rows[0].n;
+}
+
 describe('the enforcing trigger', () => {
   it('makes the table refuse a raw SQL write with an older token, whoever writes', async () => {
     await pool.query(`CREATE TABLE ledgers (id int PRIMARY KEY, balance int)`);
@@ -183,6 +342,8 @@ describe('a holder paused past its lease', () => {
       expect(lease.token).toBeGreaterThan(BigInt(first.token));
       expect(await fencedUpdate(pool, { table: 'docs', set: { body: 'written by the new holder' }, where: { id: 1 }, token: lease.token })).toEqual({
         applied: true,
+        written: 1,
+        refused: 0,
       });
       await pool.query(`UPDATE docs_unfenced SET body = 'written by the new holder' WHERE id = 1`);
 
@@ -192,7 +353,7 @@ describe('a holder paused past its lease', () => {
         fenced: { applied: boolean; reason?: string; currentToken?: string };
         controlRows: number;
       };
-      expect(result.fenced).toEqual({ applied: false, reason: 'stale', currentToken: String(lease.token) });
+      expect(result.fenced).toEqual({ applied: false, written: 0, refused: 1, reason: 'stale', currentToken: String(lease.token) });
       expect(result.controlRows).toBe(1);
       const fenced = await pool.query(`SELECT body FROM docs WHERE id = 1`);
       const control = await pool.query(`SELECT body FROM docs_unfenced WHERE id = 1`);
@@ -211,16 +372,19 @@ describe('a server restart', () => {
     try {
       await migrate({ connectionString: server.url });
       const locker = createLocker({ connectionString: server.url, keepaliveMs: 200 });
-      const before = await locker.acquire('restart:key', { fencing: true });
+      // A name is one lock whatever its kind: the lock goes back before the lease of its name is taken.
+      const first = await locker.acquire('restart:key', { fencing: true });
+      await first.release();
       const lease = await locker.lease('restart:key', { ttlMs: 60_000 });
+      const before = await locker.acquire('restart:other', { fencing: true });
       await server.restart();
       for (let i = 0; i < 100 && !before.signal.aborted; i++) await sleep(50);
       expect(before.signal.aborted).toBe(true);
+      expect(await lease.release()).toBe(true); // the lease outlives the restart
       const after = await locker.acquire('restart:key', { fencing: true, timeoutMs: 20_000 });
       expect(after.token).toBeGreaterThan(lease.token);
-      expect(lease.token).toBeGreaterThan(before.token!);
+      expect(lease.token).toBeGreaterThan(first.token!);
       await after.release();
-      await lease.release();
       await locker.close();
     } finally {
       await server.stop();

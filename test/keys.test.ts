@@ -1,6 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { InvalidArgumentError, lockKey } from '../src/index.js';
+import murmur from 'murmurhash3js-revisited';
+import { semaphoreKeys } from '../src/advisory/semaphore.js';
 import { internalKey, resolveLock } from '../src/keys.js';
 
 const vectors = JSON.parse(readFileSync(new URL('./vectors/keys.json', import.meta.url), 'utf8')) as {
@@ -76,5 +78,50 @@ describe('internal keys', () => {
     expect(() => lockKey(text)).toThrow(InvalidArgumentError);
     expect(() => lockKey(text.slice(1), { namespace: 'x' })).toThrow(InvalidArgumentError);
     expect(internalKey('sem', 'jobs', '1')).not.toBe(internalKey('sem', 'jobs', '2'));
+  });
+
+  it('are the hash of NUL ‖ "pgfence" ‖ NUL ‖ kind ‖ NUL ‖ parts joined by NUL (bytes pinned: other languages must match)', () => {
+    const hashOf = (bytes: Uint8Array) => BigInt.asIntN(64, BigInt(`0x${murmur.x64.hash128(bytes, 0).slice(0, 16)}`));
+    const utf8 = (text: string) => new TextEncoder().encode(text);
+    const semaphoreBytes = Uint8Array.from([0, ...utf8('pgfence'), 0, ...utf8('semaphore'), 0, ...utf8('42')]);
+    expect(internalKey('semaphore', '42')).toBe(hashOf(semaphoreBytes));
+    expect(internalKey('semaphore', '42', '0')).toBe(hashOf(Uint8Array.from([...semaphoreBytes, 0, ...utf8('0')])));
+    // The same values, written out: a change of the byte layout is a breaking change.
+    expect(internalKey('semaphore', '42')).toBe(-7327088917395968816n);
+    expect(internalKey('semaphore', '42', '0')).toBe(66088760948969954n);
+    expect(internalKey('leader', '42', '7')).toBe(7734803360529523376n);
+    // What semaphores and leader guards use.
+    expect(semaphoreKeys({ key: 42n, name: 'x' }, 1)).toEqual({ baseKey: -7327088917395968816n, slots: [66088760948969954n] });
+  });
+});
+
+describe('the key cache', () => {
+  it('never lets a refused name through because a namespaced name was hashed first (key forging)', () => {
+    const namespaced = lockKey('a', { namespace: 'x' });
+    expect(() => lockKey('x\0a')).toThrow(InvalidArgumentError);
+    // Nor through a locker's resolution of names, nor the other way round.
+    expect(() => resolveLock('x\0a')).toThrow(InvalidArgumentError);
+    expect(lockKey('x\u0001a')).not.toBe(namespaced);
+    lockKey('x\u0001b');
+    expect(() => lockKey('b', { namespace: 'x\u0001' })).not.toThrow();
+    expect(lockKey('b', { namespace: 'x\u0001' })).not.toBe(lockKey('x\u0001b'));
+    // A namespace and a name are only ever looked up as that pair.
+    expect(lockKey('a', { namespace: 'x' })).toBe(namespaced);
+    expect(lockKey('x', { namespace: 'a' })).not.toBe(namespaced);
+  });
+});
+
+describe('lockKey options', () => {
+  it.each<[string, unknown]>([
+    ['an array', []],
+    ['an array with a namespace', Object.assign([], { namespace: 'x' })],
+    ['null', null],
+    ['a string', 'x'],
+  ])('refuses %s as its options', (_label, opts) => {
+    expect(() => lockKey('a', opts as never)).toThrow(InvalidArgumentError);
+  });
+
+  it('refuses an unknown option, naming the closest valid one', () => {
+    expect(() => lockKey('a', { namspace: 'x' } as never)).toThrow(/unknown option 'namspace'; did you mean 'namespace'\?/);
   });
 });

@@ -1,7 +1,9 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLocker, InvalidArgumentError, LockLostError, lockKey, type Locker } from '../src/index.js';
-import { sleep, track, useMigratedDatabase } from './support/db.js';
+import { releaseLeaseSql, renewLeaseSql } from '../src/lease/lease-sql.js';
+import { NOTIFY_CHANNEL } from '../src/session/advisory-sql.js';
+import { eventually, sleep, track, useMigratedDatabase } from './support/db.js';
 
 let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
 let pool: pg.Pool;
@@ -47,13 +49,26 @@ describe('leases', () => {
   });
 
   it('a holder that lost its lease can neither renew nor release it', async () => {
+    const key = lockKey('lease:stolen');
     const old = await open().lease('lease:stolen', { ttlMs: 200, renew: false, owner: 'old' });
-    await sleep(350);
+    await eventually(async () => !(await row('lease:stolen')).live, 15_000, 'the expiry on the database clock');
     const fresh = await open().lease('lease:stolen', { ttlMs: 10_000, owner: 'new', timeoutMs: 5000 });
+    const everything = async () =>
+      (await pool.query(`SELECT owner, token::text, acquired_at, renewed_at, expires_at, released_at FROM pgfence.leases WHERE key = $1`, [key])).rows[0];
+    const before = await everything();
+
+    // The stale holder's statements themselves, as a paused holder would send them: the database refuses.
+    const renewed = (await pool.query(renewLeaseSql, [key, old.token, 60_000])).rows[0];
+    expect(renewed).toEqual({ expires_at: null, current_token: String(fresh.token) });
+    expect((await pool.query(releaseLeaseSql, [key, old.token])).rows[0].released).toBe(false);
+    expect(await everything()).toEqual(before);
+
+    // And through the handle.
     expect(await old.renew()).toBe(false);
     expect(old.signal.aborted).toBe(true);
     expect(old.signal.reason).toBeInstanceOf(LockLostError);
     expect(await old.release()).toBe(false);
+    expect(await everything()).toEqual(before);
     expect(await row('lease:stolen')).toMatchObject({ owner: 'new', token: String(fresh.token), released_at: null, live: true });
     await fresh.release();
   });
@@ -73,15 +88,47 @@ describe('leases', () => {
     }
   });
 
-  it('a waiter is woken by the release, long before the lease would expire', async () => {
+  it('a waiter is woken by the release, long before the lease would expire (by the NOTIFY, not a poll)', async () => {
+    const key = lockKey('lease:wake');
+    // The waiter's locker runs on a pool of ours: we see its lease attempts and the notifications it receives.
+    const waiterPool = new pg.Pool({ connectionString: db.url, max: 8 });
+    const seen = { notifications: [] as string[], inNotification: false, attempts: 0, answered: 0, grantedInNotification: false };
+    waiterPool.on('connect', (client) => {
+      // Registered before pgfence's own listener: it runs first within the same dispatch.
+      client.on('notification', (msg) => {
+        if (msg.channel !== NOTIFY_CHANNEL) return;
+        seen.notifications.push(msg.payload!);
+        seen.inNotification = true;
+        queueMicrotask(() => (seen.inNotification = false));
+      });
+    });
+    const query = waiterPool.query.bind(waiterPool) as (...a: unknown[]) => Promise<unknown>;
+    (waiterPool as unknown as { query: (...a: unknown[]) => Promise<unknown> }).query = (...a: unknown[]) => {
+      const text = typeof a[0] === 'string' ? a[0] : (a[0] as { text: string }).text;
+      if (!text.includes('pgfence.lease_acquire')) return query(...a);
+      seen.attempts++;
+      // An attempt that starts inside the notification's dispatch was started by the NOTIFY (a poll starts from a timer).
+      seen.grantedInNotification = seen.inNotification;
+      return query(...a).finally(() => seen.answered++);
+    };
     const holder = await open().lease('lease:wake', { ttlMs: 60_000 });
-    const waiter = open().lease('lease:wake', { timeoutMs: 30_000 });
-    await sleep(200);
-    await holder.release();
-    const l = await waiter;
-    expect(l.token).toBeGreaterThan(holder.token);
-    expect(l.expiresAt.getTime()).toBeLessThan(holder.expiresAt.getTime()); // taken well before the old expiry
-    await l.release();
+    const waiterLocker = createLocker({ pool: waiterPool });
+    try {
+      const waiter = waiterLocker.lease('lease:wake', { timeoutMs: 30_000 });
+      // Polls back off (50, 100, 200, 400, 800 ms ...): after six answered attempts the next poll is 800 ms off.
+      await eventually(() => seen.answered >= 6 && seen.answered === seen.attempts, 15_000, 'the waiter to settle into slow polls');
+      const attemptsBefore = seen.attempts;
+      await holder.release();
+      const l = await waiter;
+      expect(seen.notifications).toContain(String(key));
+      expect(seen.attempts).toBe(attemptsBefore + 1); // one look, at the wake-up
+      expect(seen.grantedInNotification).toBe(true);
+      expect(l.token).toBeGreaterThan(holder.token);
+      await l.release();
+    } finally {
+      await waiterLocker.close();
+      await waiterPool.end();
+    }
   });
 
   it('withLease releases after the callback', async () => {

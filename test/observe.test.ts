@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { once } from 'node:events';
 import {
   AggregationTemporality,
@@ -6,15 +7,25 @@ import {
   MeterProvider,
   PeriodicExportingMetricReader,
 } from '@opentelemetry/sdk-metrics';
+import pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { createLocker, LockTimeoutError, type LockEntry } from '../src/index.js';
+import { createLocker, lockKey, LockLostError, LockTimeoutError, type LockEntry } from '../src/index.js';
 import { appName, eventually, killBackends, track, useMigratedDatabase } from './support/db.js';
+import { withTimeout } from './support/server.js';
 
 let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
 
 beforeAll(async () => {
   db = await useMigratedDatabase('observe');
 });
+
+/** Paths to every bigint reachable through own enumerable properties (what JSON loggers walk). */
+function bigintPaths(value: unknown, path = '$', seen = new Set<unknown>()): string[] {
+  if (typeof value === 'bigint') return [path];
+  if (value === null || typeof value !== 'object' || seen.has(value)) return [];
+  seen.add(value);
+  return Object.keys(value).flatMap((k) => bigintPaths((value as Record<string, unknown>)[k], `${path}.${k}`, seen));
+}
 
 describe('metrics', () => {
   it('records wait and hold histograms and the counters through an OpenTelemetry meter', async () => {
@@ -47,6 +58,24 @@ describe('metrics', () => {
     expect(sum('pgfence.lock.wait')).toBe(4); // three grants and one timeout
     expect(sum('pgfence.lock.hold')).toBe(3); // one release and two losses
     expect(metrics.get('pgfence.lock.held')!.dataPoints[0]!.value).toBe(0);
+
+    // Every instrument has a unit, and README's table documents it with its unit and every attribute
+    // (and attribute value) it was recorded with.
+    const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
+    expect(metrics.size).toBe(7);
+    for (const [name, m] of metrics) {
+      const unit = (m as unknown as { descriptor: { unit: string } }).descriptor.unit;
+      expect(unit, `${name} has a unit`).toMatch(/^(ms|\{[a-z]+\})$/);
+      const row = readme.split('\n').map((l) => l.trim()).find((l) => l.startsWith(`| \`${name}\` |`));
+      expect(row, `README's metrics table has a row for ${name}`).toBeDefined();
+      expect(row).toContain(`| \`${unit}\` |`);
+      for (const p of m.dataPoints) {
+        for (const [key, value] of Object.entries(p.attributes)) {
+          expect(row, `${name}: attribute ${key}`).toContain(`\`${key}\``);
+          if (key !== 'pgfence.kind' && key !== 'pgfence.mode') expect(row, `${name}: ${key}=${String(value)}`).toContain(`\`${String(value)}\``);
+        }
+      }
+    }
     void held;
     await provider.shutdown();
   });
@@ -76,6 +105,15 @@ describe('logs', () => {
     expect(entries.find((e) => e.msg === 'pgfence: lock lost')).toMatchObject({ level: 'warn', obj: { lock: 'log:c', reason: 'session-lost' } });
     // Keys are logged as strings: JSON loggers cannot serialise bigints.
     expect(() => JSON.stringify(entries.map((e) => e.obj))).not.toThrow();
+    // ... at every depth, errors included: pino copies an error's own fields (not its toJSON) and
+    // writes a bigint as a JSON number, which loses precision (err.key of a lost lock).
+    expect(bigintPaths(entries.map((e) => e.obj))).toEqual([]);
+    const lostErr = entries.find((e) => e.msg === 'pgfence: lock lost')!.obj.err as LockLostError;
+    expect(lostErr).toBeInstanceOf(LockLostError); // still an error of its class (pino's err.type)
+    expect(lostErr.key).toBe(String(h.key));
+    expect(lostErr.stack).toContain('LockLostError');
+    expect(h.signal.reason).toBeInstanceOf(LockLostError);
+    expect(typeof (h.signal.reason as LockLostError).key).toBe('bigint'); // the thrown error is untouched
   });
 });
 
@@ -118,6 +156,82 @@ describe('inspect', () => {
       await lease.release();
     } finally {
       child.kill('SIGKILL');
+    }
+  });
+});
+
+describe('name registry', () => {
+  /** A caller's pool whose clients log every statement they send (the locker pins its sessions from it). */
+  function loggingPool(url: string) {
+    const sent: { text: string; values: unknown[] | undefined }[] = [];
+    const pool = new pg.Pool({ connectionString: url, max: 10 });
+    pool.on('connect', (client) => {
+      const query = client.query.bind(client) as (...a: unknown[]) => unknown;
+      (client as unknown as { query: (...a: unknown[]) => unknown }).query = (...a: unknown[]) => {
+        const q = a[0] as string | { text: string; values?: unknown[] };
+        sent.push(typeof q === 'string' ? { text: q, values: a[1] as unknown[] | undefined } : { text: q.text, values: q.values ?? (a[1] as unknown[]) });
+        return query(...a);
+      };
+    });
+    return { pool, sent };
+  }
+  const isNameWrite = (s: { text: string }) => /INSERT INTO pgfence\.lock_names/.test(s.text);
+
+  it('another connection sees a name soon after the grant; the acquire neither waits for nor sends the write; one write per name, batched', async () => {
+    const { pool, sent } = loggingPool(db.url);
+    const admin = new pg.Client({ connectionString: db.url });
+    const blocker = new pg.Client({ connectionString: db.url });
+    await admin.connect();
+    await blocker.connect();
+    const named = async (name: string) =>
+      (await admin.query(`SELECT name FROM pgfence.lock_names WHERE key = $1`, [lockKey(name)])).rows[0]?.name === name;
+    const locker = track(createLocker({ pool }));
+    try {
+      await (await locker.acquire('reg:warm')).release(); // the session exists before anything is counted
+      await eventually(() => named('reg:warm'), 5_000, 'the warm-up name');
+
+      // Statements an acquire of a known name sends, the baseline for a new name's.
+      let from = sent.length;
+      await (await locker.acquire('reg:warm')).release();
+      const knownAcquire = sent.slice(from).filter((s) => !isNameWrite(s)).length;
+
+      // Writes to the registry block behind this lock: an acquire that waited for its name's write would hang.
+      await blocker.query('BEGIN');
+      await blocker.query('LOCK TABLE pgfence.lock_names IN SHARE MODE');
+      from = sent.length;
+      const fresh = await withTimeout(locker.acquire('reg:fresh'), 5_000, 'an acquire while its name write is blocked');
+      await fresh.release();
+      expect(sent.slice(from).filter((s) => !isNameWrite(s)).length).toBe(knownAcquire);
+      // The write went out in the background, on another connection, and waits for the table.
+      await eventually(async () => {
+        const { rows } = await admin.query(
+          `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO pgfence.lock_names%'`,
+        );
+        return rows.length === 1;
+      }, 5_000, 'the blocked name write');
+      expect(await named('reg:fresh')).toBe(false);
+      await blocker.query('COMMIT');
+      // Seen from another connection without any flush() or inspect() by the locker.
+      await eventually(() => named('reg:fresh'), 5_000, 'the new name in the registry');
+
+      // Once per name per process, and names noted together go out in one write.
+      for (let i = 0; i < 3; i++) await (await locker.acquire('reg:fresh')).release();
+      const batch = await Promise.all(['reg:b', 'reg:c', 'reg:d'].map((n) => locker.acquire(n)));
+      await Promise.all(batch.map((h) => h.release()));
+      await eventually(async () => (await named('reg:b')) && (await named('reg:c')) && (await named('reg:d')), 5_000, 'the batch of names');
+      await locker.close();
+      const writes = sent.filter(isNameWrite);
+      const writesOf = (name: string) => writes.filter((w) => (w.values![0] as bigint[]).includes(lockKey(name))).length;
+      expect(writesOf('reg:warm')).toBe(1);
+      expect(writesOf('reg:fresh')).toBe(1);
+      expect(writes.filter((w) => (w.values![0] as bigint[]).includes(lockKey('reg:b')))[0]!.values![0]).toEqual(
+        ['reg:b', 'reg:c', 'reg:d'].map((n) => lockKey(n)),
+      );
+      expect(writes).toHaveLength(3);
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => {});
+      await locker.close(); // before pool.end(): the locker's sessions are pinned from the pool
+      await Promise.all([admin.end(), blocker.end(), pool.end()]);
     }
   });
 });

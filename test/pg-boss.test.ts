@@ -1,5 +1,6 @@
+import { AggregationTemporality, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader } from '@opentelemetry/sdk-metrics';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { createLocker, InvalidArgumentError, StaleTokenError, type Locker, type LockHandle } from '../src/index.js';
+import { createLocker, InvalidArgumentError, lockKey, StaleTokenError, type BounceEvent, type Locker, type LockHandle } from '../src/index.js';
 import { JobStoppedError, KeyBusyError, workWithLock, type BossLike, type LockedJob } from '../src/pg-boss/index.js';
 import { appName, eventually, killBackends, sleep, useMigratedDatabase } from './support/db.js';
 import { installedAtLeast, pgBossClass, type TestBoss } from './support/versions.js';
@@ -240,6 +241,42 @@ describe('workWithLock', () => {
     assertNoOverlapPerKey(runs);
   });
 
+  it('reports every bounce like a timeout: a warn log line, a bounce event and the pgfence.pgboss.bounced counter', async () => {
+    const queue = 'reported';
+    const boss = await startBoss();
+    await boss.createQueue(queue, { retryLimit: 0 }); // each job bounces exactly once
+    const held = await openLocker().acquire('reported:1');
+    const warnings: { obj: Record<string, unknown>; msg?: string }[] = [];
+    const logger = { debug: () => {}, info: () => {}, warn: (obj: object, msg?: string) => warnings.push({ obj: obj as Record<string, unknown>, msg }), error: () => {} };
+    const exporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
+    const reader = new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 3_600_000 });
+    const provider = new MeterProvider({ readers: [reader] });
+    const locker = createLocker({ connectionString: db.url, logger, meter: provider.getMeter('pgfence-test') });
+    lockers.push(locker);
+    const events: BounceEvent[] = [];
+    locker.on('bounce', (ev: BounceEvent) => events.push(ev));
+    // One try (waitMs 0) and two bounces behind it in the batch: none of them waits, all are reported.
+    const ids = await sendAll(boss, queue, [0, 1, 2].map((i) => ({ key: 'reported:1', i })));
+    await workWithLock<Job>(boss, locker, queue, { key: (job) => job.data.key, waitMs: 0, workOptions: { ...fast, batchSize: 3 } }, recorder([], 'w', 0));
+    await eventually(async () => (await Promise.all(ids.map((id) => jobOf(boss, queue, id)))).every((j) => j.state === 'failed'), 15_000, 'three bounced jobs');
+
+    expect(events.map((e) => e.jobId).sort()).toEqual([...ids].sort());
+    for (const e of events) expect(e).toMatchObject({ kind: 'lock', name: 'reported:1', key: lockKey('reported:1'), mode: 'exclusive', queue });
+    expect(events.map((e) => e.waitMs).sort()).toEqual([0, null, null]);
+    const lines = warnings.filter((w) => w.msg === 'pgfence: job returned to pg-boss for a retry: its key is busy');
+    expect(lines.map((w) => w.obj.jobId).sort()).toEqual([...ids].sort());
+    expect(lines[0]!.obj).toMatchObject({ lock: 'reported:1', key: String(lockKey('reported:1')), queue });
+    await reader.forceFlush();
+    const points = exporter
+      .getMetrics()
+      .flatMap((rm) => rm.scopeMetrics.flatMap((sm) => sm.metrics))
+      .filter((m) => m.descriptor.name === 'pgfence.pgboss.bounced')
+      .flatMap((m) => m.dataPoints as { value: number }[]);
+    expect(points.reduce((n, p) => n + p.value, 0)).toBe(3);
+    await held.release();
+    await provider.shutdown();
+  });
+
   it('aborts job.signal with the LockLostError when the lock is lost, and fails a job that ignores it', async () => {
     const queue = 'lost';
     const boss = await startBoss();
@@ -339,5 +376,54 @@ describe('workWithLock', () => {
     await expect(workWithLock(counting, locker, 'args', { ...ok, waitMs: Infinity }, handler)).resolves.toEqual(expect.any(String));
     expect(registered).toBe(1);
     expect(new KeyBusyError('k', 'id', 0).code).toBe('PGFENCE_KEY_BUSY');
+  });
+});
+
+describe('workWithLock: errors that say what to do', () => {
+  it('a permit taken inside a handler is a NestedLockError that names the handler and the fix; the fix works', async () => {
+    const queue = 'nested';
+    const boss = await startBoss();
+    await boss.createQueue(queue, { retryLimit: 0 });
+    const locker = openLocker();
+    const sem = locker.semaphore('nested:pool', { permits: 2 });
+    let allowed = false;
+    await workWithLock<Job>(boss, locker, queue, { key: (job) => job.data.key, workOptions: fast }, async () =>
+      sem.withPermit(async () => 'inside', { allowNested: allowed }),
+    );
+    const [refused] = await sendAll(boss, queue, [{ key: 'nested:1', i: 0 }]);
+    await eventually(async () => (await jobOf(boss, queue, refused!)).state === 'failed', 15_000, 'the job to fail');
+    const { output } = await jobOf(boss, queue, refused!);
+    expect(output).toMatchObject({ name: 'NestedLockError', code: 'PGFENCE_NESTED_LOCK' });
+    expect(output!.message).toMatch(/^a permit of semaphore "nested:pool" .* was requested inside a workWithLock handler, which holds "nested:1"/);
+    expect(output!.message).toMatch(/pass \{ allowNested: true \} to the inner call .* or take the permit outside it/);
+
+    allowed = true;
+    const [ok] = await sendAll(boss, queue, [{ key: 'nested:1', i: 1 }]);
+    await eventually(async () => (await jobOf(boss, queue, ok!)).state === 'completed', 15_000, 'the job to complete');
+  });
+
+  it('a busy key on a job with no retry left says the job failed for good, not that it went back for a retry', async () => {
+    const queue = 'lastbounce';
+    const boss = await startBoss();
+    await boss.createQueue(queue, { retryLimit: 0 });
+    const holder = openLocker();
+    const held = await holder.acquire('lastbounce:1');
+    await workWithLock<Job>(
+      boss,
+      openLocker(),
+      queue,
+      { key: (job) => job.data.key, waitMs: 50, workOptions: { ...fast, includeMetadata: true } },
+      async () => 'ran',
+    );
+    const [id] = await sendAll(boss, queue, [{ key: 'lastbounce:1', i: 0 }]);
+    await eventually(async () => (await jobOf(boss, queue, id!)).state === 'failed', 15_000, 'the job to fail');
+    const { output } = await jobOf(boss, queue, id!);
+    expect(output).toMatchObject({ code: 'PGFENCE_KEY_BUSY' });
+    expect(output!.message).toMatch(/failed for good: it had no retry left \(0 of 0 used\)/);
+    expect(output!.message).not.toMatch(/returned to pg-boss for a retry/);
+    await held.release();
+    // Without the job's retry counts (no includeMetadata) the message does not promise a retry either.
+    expect(new KeyBusyError('k', 'id', 50).message).toMatch(/retries it after retryDelay if the job has a retry left/);
+    expect(new KeyBusyError('k', 'id', 50, { retryCount: 1, retryLimit: 3 }).message).toMatch(/pg-boss retries it after retryDelay \(retry 2 of 3\)/);
   });
 });

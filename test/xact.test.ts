@@ -1,9 +1,18 @@
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DeadlockError, LockTimeoutError, NotInTransactionError, tryXactLock, xactLock } from '../src/index.js';
+import {
+  DeadlockError,
+  LockTimeoutError,
+  LockUnavailableError,
+  NotInTransactionError,
+  TransactionAbortedError,
+  tryXactLock,
+  xactLock,
+} from '../src/index.js';
 import * as k from '../src/kysely/index.js';
-import { useMigratedDatabase } from './support/db.js';
+import { eventually, sleep, useMigratedDatabase } from './support/db.js';
+import { TcpProxy } from './support/tcp-proxy.js';
 
 let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
 let pool: pg.Pool;
@@ -120,9 +129,15 @@ describe('xactLock on node-postgres', () => {
     try {
       await c.query('BEGIN');
       await c.query('SELECT 1/0').catch(() => {});
-      await expect(xactLock(c, 'x:aborted')).rejects.toBeInstanceOf(NotInTransactionError);
-      await c.query('ROLLBACK');
+      for (const attempt of [xactLock(c, 'x:aborted'), tryXactLock(c, 'x:aborted')]) {
+        const err = await attempt.catch((e: unknown) => e);
+        // Not "outside a transaction": the caller must roll back, not BEGIN.
+        expect(err).not.toBeInstanceOf(NotInTransactionError);
+        expect(err).toBeInstanceOf(TransactionAbortedError);
+        expect(err).toMatchObject({ code: 'PGFENCE_TRANSACTION_ABORTED', message: expect.stringMatching(/roll/i) });
+      }
     } finally {
+      await c.query('ROLLBACK');
       c.release();
     }
   });
@@ -165,6 +180,19 @@ describe('xactLock on Kysely', () => {
     }
   });
 
+  it('refuses an aborted transaction with its own error, not NotInTransactionError', async () => {
+    const err = await kdb
+      .transaction()
+      .execute(async (trx) => {
+        await sql`SELECT 1/0`.execute(trx).catch(() => {});
+        await k.xactLock(trx, 'k:aborted', { timeoutMs: 1000 });
+      })
+      .catch((e: unknown) => e);
+    expect(err).not.toBeInstanceOf(NotInTransactionError);
+    expect(err).toBeInstanceOf(TransactionAbortedError);
+    expect(err).toMatchObject({ code: 'PGFENCE_TRANSACTION_ABORTED' });
+  });
+
   it('issues fencing tokens', async () => {
     const a = await kdb.transaction().execute((trx) => k.xactLock(trx, 'k:fenced', { fencing: true }));
     const b = await kdb.transaction().execute((trx) => k.xactLock(trx, 'k:fenced', { fencing: true }));
@@ -190,19 +218,168 @@ describe('Kysely guarded writes', () => {
   });
 
   it('fencedUpdate reports stale and missing', async () => {
-    expect(await k.fencedUpdate(kdb, { table: 'accounts', set: { balance: 80 }, where: { id: 1 }, token: 4n })).toEqual({ applied: true });
+    expect(await k.fencedUpdate(kdb, { table: 'accounts', set: { balance: 80 }, where: { id: 1 }, token: 4n })).toEqual({
+      applied: true,
+      written: 1,
+      refused: 0,
+    });
     expect(await k.fencedUpdate(kdb, { table: 'accounts', set: { balance: 1 }, where: { id: 1 }, token: 3n })).toEqual({
       applied: false,
+      written: 0,
+      refused: 1,
       reason: 'stale',
       currentToken: 4n,
     });
     expect(await k.fencedUpdate(kdb, { table: 'accounts', set: { balance: 1 }, where: { id: 2 }, token: 9n })).toEqual({
       applied: false,
+      written: 0,
+      refused: 0,
       reason: 'missing',
     });
   });
 
+  it('fencedUpdate over several rows reports written and refused rows', async () => {
+    await pool.query(`CREATE TABLE parcels (id int PRIMARY KEY, batch int, state text)`);
+    await k.addFencingColumn(kdb, 'parcels');
+    await pool.query(`INSERT INTO parcels VALUES (1, 7, 'new', 3), (2, 7, 'new', 10)`);
+    expect(await k.fencedUpdate(kdb, { table: 'parcels', set: { state: 'sent' }, where: { batch: 7 }, token: 5n })).toEqual({
+      applied: false,
+      written: 1,
+      refused: 1,
+      reason: 'stale',
+      currentToken: 10n,
+    });
+    const { rows } = await pool.query(`SELECT id, state FROM parcels ORDER BY id`);
+    expect(rows).toEqual([
+      { id: 1, state: 'sent' },
+      { id: 2, state: 'new' },
+    ]);
+  });
+
+  it('fencedClaim: a stale holder that read first cannot overwrite the newer holder’s increment', async () => {
+    await pool.query(`CREATE TABLE tallies (id int PRIMARY KEY, n int NOT NULL)`);
+    await k.addFencingColumn(kdb, 'tallies', { enforce: true });
+    await pool.query(`INSERT INTO tallies (id, n) VALUES (1, 0)`);
+    type Tally = { id: number; n: number };
+    // A (token 1) claims and reads; its lease expires; B (token 2) claims and reads; A writes, then B.
+    const a = await k.fencedClaim<Tally>(kdb, { table: 'tallies', where: { id: 1 }, token: 1n });
+    const b = await kdb.transaction().execute((trx) => k.fencedClaim<Tally>(trx, { table: 'tallies', where: { id: 1 }, token: 2n }));
+    expect([a.claimed, b.claimed]).toEqual([true, true]);
+    expect(await k.fencedUpdate(kdb, { table: 'tallies', set: { n: a.rows[0]!.n + 1 }, where: { id: 1 }, token: 1n })).toMatchObject({
+      applied: false,
+      reason: 'stale',
+      currentToken: 2n,
+    });
+    expect((await k.fencedUpdate(kdb, { table: 'tallies', set: { n: b.rows[0]!.n + 1 }, where: { id: 1 }, token: 2n })).applied).toBe(true);
+    expect(await k.fencedClaim(kdb, { table: 'tallies', where: { id: 1 }, token: 1n })).toEqual({
+      claimed: false,
+      rows: [],
+      refused: 1,
+      reason: 'stale',
+      currentToken: 2n,
+    });
+    const { rows } = await pool.query(`SELECT n FROM tallies WHERE id = 1`);
+    expect(rows[0].n).toBe(1);
+  });
+
   it('the enforced table refuses a lower token from any writer', async () => {
     await expect(pool.query(`UPDATE accounts SET fencing_token = 1 WHERE id = 1`)).rejects.toMatchObject({ code: 'PGF01' });
+  });
+});
+
+describe('a network blackhole during an xactLock wait', () => {
+  // The answer PostgreSQL gives to a wait is due at timeoutMs; the client allows it a grace of 2 s.
+  const NO_ANSWER_AFTER_MS = 12_000;
+  const proxied = async () => {
+    const target = new URL(db.url);
+    const proxy = await new TcpProxy(target.hostname, Number(target.port || 5432)).start();
+    const url = new URL(db.url);
+    url.port = String(proxy.port);
+    return { proxy, url: url.toString() };
+  };
+  /** Sessions of this database waiting for an advisory lock. */
+  const advisoryWaiters = async () =>
+    (
+      await pool.query(`SELECT count(*)::int AS n FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+                         WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = current_database()`)
+    ).rows[0].n as number;
+  const settleWithin = <T>(p: Promise<T>, ms: number) =>
+    Promise.race([p.then((v) => v, (e: unknown) => e), sleep(ms).then(() => 'no answer while the network was down' as const)]);
+
+  it.each<[string, () => { timeoutMs: number; signal?: AbortSignal }]>([
+    ['timeoutMs 2000', () => ({ timeoutMs: 2000 })],
+    ['no timeout but a signal (waits in 250 ms slices)', () => ({ timeoutMs: Infinity, signal: new AbortController().signal })],
+  ])('node-postgres, %s: rejects within the bound plus the grace with LockUnavailableError and ends the client', async (label, options) => {
+    const holder = await holdInTransaction('x:blackhole:pg');
+    const { proxy, url } = await proxied();
+    const client = new pg.Client({ connectionString: url });
+    const clientErrors: unknown[] = [];
+    client.on('error', (e) => clientErrors.push(e));
+    try {
+      await client.connect();
+      await client.query('BEGIN');
+      await client.query(`INSERT INTO items VALUES (500, 'in the cut-off transaction')`);
+      const waiting = xactLock(client, 'x:blackhole:pg', options());
+      await eventually(async () => (await advisoryWaiters()) === 1, 15_000, 'the wait to reach the server');
+      proxy.blackhole();
+      const started = performance.now();
+      const outcome = await settleWithin(waiting, NO_ANSWER_AFTER_MS);
+      console.log(`xactLock (${label}) under a blackhole answered after ${Math.round(performance.now() - started)} ms`);
+      expect(outcome).toBeInstanceOf(LockUnavailableError);
+      expect((outcome as Error).message).toMatch(/discard/i);
+      // The client was ended: a later statement fails at once, it never runs in some other transaction.
+      const later = await settleWithin(client.query('SELECT 1'), 5000);
+      expect(later).toMatchObject({ message: expect.stringMatching(/not queryable|terminated|closed/i) });
+      expect(clientErrors).toEqual([]); // ended on purpose: no 'error' event for an unwary caller to crash on
+    } finally {
+      proxy.heal();
+      await proxy.close();
+      await holder.release();
+      await client.end().catch(() => {});
+    }
+    // Once the server sees the connection gone, the transaction is rolled back.
+    await eventually(async () => (await pool.query(`SELECT 1 FROM items WHERE id = 500`)).rowCount === 0 && (await advisoryWaiters()) === 0);
+  });
+
+  it('Kysely: rejects within timeoutMs plus the grace, and the transaction refuses every later statement', async () => {
+    const holder = await holdInTransaction('x:blackhole:kysely');
+    const { proxy, url } = await proxied();
+    const kp = new pg.Pool({ connectionString: url, max: 1 });
+    kp.on('error', () => {});
+    const kk = new Kysely<{ items: { id: number; v: string } }>({ dialect: new PostgresDialect({ pool: kp }) });
+    try {
+      const result = await kk
+        .transaction()
+        .execute(async (trx) => {
+          const waiting = k.xactLock(trx, 'x:blackhole:kysely', { timeoutMs: 2000 });
+          await eventually(async () => (await advisoryWaiters()) === 1, 15_000, 'the wait to reach the server');
+          proxy.stall(); // held, not lost: delivered when the network heals
+          let later: Promise<unknown>;
+          try {
+            // The server grants the wait, but its answer is stuck in the network.
+            await holder.release();
+            await eventually(async () => (await advisoryWaiters()) === 0, 15_000, 'the server to grant the wait');
+            const outcome = await settleWithin(waiting, NO_ANSWER_AFTER_MS);
+            expect(outcome).toBeInstanceOf(LockUnavailableError);
+            // A caller that carries on anyway: its statement waits for the network, then is refused.
+            later = trx.insertInto('items').values({ id: 501, v: 'after giving up' }).execute();
+            later.catch(() => {});
+          } finally {
+            proxy.heal();
+          }
+          const err = await later.then(() => null, (e: unknown) => e);
+          expect(err).toMatchObject({ code: '25P02' });
+          return 'carried on';
+        })
+        .catch((e: unknown) => e);
+      // Its COMMIT is a rollback (Kysely reports it as AbortedTransactionError): nothing of it is kept.
+      expect(result).toMatchObject({ message: expect.stringMatching(/rolled back/) });
+      expect((await pool.query(`SELECT 1 FROM items WHERE id = 501`)).rowCount).toBe(0);
+    } finally {
+      proxy.heal();
+      await kk.destroy();
+      await proxy.close();
+      await holder.release().catch(() => {});
+    }
   });
 });

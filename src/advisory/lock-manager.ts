@@ -1,4 +1,5 @@
 import {
+  LockerClosedError,
   LockLostError,
   LockTimeoutError,
   LockUnavailableError,
@@ -9,7 +10,7 @@ import {
 import type { LockTarget } from '../keys.js';
 import type { LockMode, Observer } from '../observe/observer.js';
 import { setLongTimeout } from '../options.js';
-import { blockingLockSql, Op, type OpCode } from '../session/advisory-sql.js';
+import { blockingLockSql, LEASE_HELD, Op, type OpCode } from '../session/advisory-sql.js';
 import type { ReleaseListener } from '../session/listener.js';
 import type { Session } from '../session/session.js';
 import type { SessionPool } from '../session/session-pool.js';
@@ -26,6 +27,8 @@ export interface AcquireRequest {
   ttlMs: number | undefined;
   /** Issue a fencing token with the grant (exclusive only). */
   fencing: boolean;
+  /** How events and metrics report it: 'leader' for a leader election's session guard; default 'lock'. */
+  kind?: 'lock' | 'leader';
 }
 
 /** Wake-up polls back a waiter up when a release went unannounced (a holder's session died, a non-pgfence holder). */
@@ -61,6 +64,11 @@ interface Waiter {
   yielded: boolean;
   /** A contention event was reported for it. */
   contended: boolean;
+  /**
+   * Its last try found a live lease of the name: it waits for the lease's release (announced) or expiry
+   * (polled), not on the waiter session, where PostgreSQL would grant it the key at once, again and again.
+   */
+  leased: boolean;
   settled: boolean;
   /** tryAcquire answers null on a timeout; acquire rejects with LockTimeoutError. */
   readonly nullOnTimeout: boolean;
@@ -134,7 +142,7 @@ export class AdvisoryLockManager {
 
   /** Resolves with a handle, or null when timeoutMs ran out and `nullOnTimeout` (tryAcquire). */
   acquire(request: AcquireRequest, nullOnTimeout: boolean): Promise<AdvisoryLockHandle | null> {
-    if (this.closed) return Promise.reject(new LockUnavailableError('the locker is closed'));
+    if (this.closed) return Promise.reject(new LockerClosedError());
     if (request.signal?.aborted) return Promise.reject(request.signal.reason);
     const state = this.stateOf(request.target.key);
     return new Promise<AdvisoryLockHandle | null>((resolve, reject) => {
@@ -144,6 +152,7 @@ export class AdvisoryLockManager {
         waiting: false,
         yielded: false,
         contended: false,
+        leased: false,
         settled: false,
         nullOnTimeout,
         resolve,
@@ -214,7 +223,7 @@ export class AdvisoryLockManager {
     if (this.blocking) void this.sessions.cancel(this.blocking.session);
     const unlocks: Promise<boolean>[] = [];
     for (const state of this.states.values()) {
-      for (const w of [...state.queue]) if (this.settle(state, w)) w.reject(new LockUnavailableError('the locker was closed'));
+      for (const w of [...state.queue]) if (this.settle(state, w)) w.reject(new LockerClosedError('the locker was closed'));
       for (const h of [...state.holders]) unlocks.push(h.release());
     }
     await Promise.all(unlocks);
@@ -281,7 +290,7 @@ export class AdvisoryLockManager {
     try {
       session = this.sessions.sessionFor(state.key);
     } catch (err) {
-      if (this.settle(state, head)) head.reject(new LockUnavailableError('the locker is closed', { cause: err }));
+      if (this.settle(state, head)) head.reject(new LockerClosedError('the locker is closed', { cause: err }));
       return;
     }
     const shared = head.request.mode === 'shared';
@@ -308,6 +317,7 @@ export class AdvisoryLockManager {
         return;
       }
       head.yielded = (result & 4) === 4;
+      head.leased = (result & LEASE_HELD) === LEASE_HELD;
       state.contendedUntil = performance.now() + CONTENDED_MS;
       this.onBusy(state, head, (result & 2) === 2);
     };
@@ -339,19 +349,22 @@ export class AdvisoryLockManager {
     if (!head.waiting) {
       head.waiting = true;
       this.contended(head);
-      if (this.canBlock()) return this.blockFor(state, head);
-      // Listen before announcing the wait, so that no announcement can be missed.
-      state.busy = true;
-      void this.listener.ensure().then(() => {
-        state.busy = false;
-        if (!head.settled) this.attempt(state, head);
-        else this.pump(state);
-      });
-      return;
+      if (this.canBlock() && !head.leased) return this.blockFor(state, head);
+      return this.announce(state, head);
     }
-    if (this.canBlock()) return this.blockFor(state, head);
+    if (this.canBlock() && !head.leased) return this.blockFor(state, head);
     if (state.wakePending) this.wake(state);
     else this.schedulePoll(state, registrationFailed ? REREGISTER_MS : undefined);
+  }
+
+  /** Listens, then tries again announcing the wait with a marker: no announcement can be missed. */
+  private announce(state: KeyState, head: Waiter): void {
+    state.busy = true;
+    void this.listener.ensure().then(() => {
+      state.busy = false;
+      if (!head.settled) this.attempt(state, head);
+      else this.pump(state);
+    });
   }
 
   /** The waiter session is free: open, not waiting, and holding nothing (a wait never blocks a release). */
@@ -380,14 +393,23 @@ export class AdvisoryLockManager {
     this.clearPoll(state);
     const lockTimeout = remaining === Infinity ? '0' : `${Math.max(1, Math.ceil(remaining))}ms`;
     session
-      .statement<{ token: string | null }>(blockingLockSql(mode === 'shared', fencing).text, [state.key, lockTimeout], {
-        deadlineMs: remaining + this.deadlineMs,
-      })
+      .statement<{ r: number; token: string | null }>(
+        (guarded) => blockingLockSql(mode === 'shared', fencing, guarded).text,
+        [state.key, lockTimeout],
+        { deadlineMs: remaining + this.deadlineMs },
+      )
       .then(
         (rows) => {
           this.blocking = null;
           state.busy = false;
           blocking.onEnd?.(); // a cancelled waiter settles now; the grant below then goes straight back
+          if (rows[0]?.r === LEASE_HELD) {
+            // Granted, but a lease of the name was taken meanwhile: the statement gave the key back.
+            head.leased = true;
+            if (!head.settled && !this.closed) this.announce(state, head);
+            else this.pump(state);
+            return;
+          }
           state.heldMode = mode;
           state.session = session;
           const token = rows[0]?.token;
@@ -447,7 +469,7 @@ export class AdvisoryLockManager {
 
   private grant(state: KeyState, waiter: Waiter, session: Session, token: bigint | null): void {
     const { target, mode, ttlMs } = waiter.request;
-    const handle = new AdvisoryLockHandle(this, target.name, target.key, mode, token, session.id);
+    const handle = new AdvisoryLockHandle(this, target.name, target.key, mode, token, session.id, waiter.request.kind);
     state.holders.add(handle);
     this.heldCount++;
     const waitMs = performance.now() - waiter.startedAt;
@@ -517,7 +539,9 @@ export class AdvisoryLockManager {
     if (abortReason !== null) {
       if (this.settle(state, waiter)) waiter.reject(abortReason);
     } else if (this.unreachable(state)) {
-      const err = new LockUnavailableError(`could not connect to PostgreSQL within ${waiter.request.timeoutMs} ms`);
+      const err = new LockUnavailableError(`could not connect to PostgreSQL within ${waiter.request.timeoutMs} ms`, {
+        cause: this.connectingCause(waiter),
+      });
       if (this.settle(state, waiter)) waiter.reject(err);
     } else {
       const waitMs = performance.now() - waiter.startedAt;
@@ -525,6 +549,17 @@ export class AdvisoryLockManager {
       if (this.settle(state, waiter)) this.finish(waiter, null);
     }
     this.pump(state);
+  }
+
+  /**
+   * Why a wait ended unconnected: the server has not answered the connection attempt yet (a failed
+   * attempt rejects at once, with its own error; this one goes on until the connect timeout, deadlineMs).
+   */
+  private connectingCause(waiter: Waiter): Error {
+    return new Error(
+      `no answer to the connection attempt after ${Math.round(performance.now() - waiter.startedAt)} ms ` +
+        `(the server or the network is slow or down; the attempt itself gives up after ${this.deadlineMs} ms)`,
+    );
   }
 
   /** True while the key's session has never connected: a timeout then means "unreachable", not "busy". */
@@ -601,7 +636,7 @@ export class AdvisoryLockManager {
 }
 
 function info(request: AcquireRequest) {
-  return { kind: 'lock' as const, name: request.target.name, key: request.target.key, mode: request.mode };
+  return { kind: request.kind ?? 'lock', name: request.target.name, key: request.target.key, mode: request.mode };
 }
 
 /** A session advisory lock held by this locker. */
@@ -615,8 +650,9 @@ export class AdvisoryLockHandle extends BaseHandle {
     mode: LockMode,
     token: bigint | null,
     /** The session id the lock lives on (pgfence-internal). */ readonly sessionId: number,
+    kind: 'lock' | 'leader' = 'lock',
   ) {
-    super('lock', name, key, mode, token);
+    super(kind, name, key, mode, token);
   }
 
   protected doRelease(): Promise<boolean> {

@@ -1,5 +1,6 @@
-import { LockLostError, LockUnavailableError } from '../errors.js';
+import { LockLostError, LockUnavailableError, PgfenceError } from '../errors.js';
 import { internalKey, type LockTarget } from '../keys.js';
+import { optionKeys } from '../options.js';
 import type { Observer } from '../observe/observer.js';
 import type { ReleaseListener } from '../session/listener.js';
 import type { Session } from '../session/session.js';
@@ -13,12 +14,14 @@ export interface SemaphoreOptions {
   /** How many holders at most, across every process. Use the same number everywhere for a name. */
   permits: number;
 }
+export const SEMAPHORE_OPTION_KEYS = optionKeys<SemaphoreOptions>({ permits: true });
 
 export interface SemaphoreAcquireOptions {
   timeoutMs?: number;
   signal?: AbortSignal;
   allowNested?: boolean;
 }
+export const SEMAPHORE_ACQUIRE_OPTION_KEYS = optionKeys<SemaphoreAcquireOptions>({ timeoutMs: true, signal: true, allowNested: true });
 
 /** A counting lock: at most `permits` holders at once across all processes. */
 export interface Semaphore {
@@ -134,7 +137,7 @@ export class SemaphoreManager {
     } catch (err) {
       // The session died under the attempt: look again on its replacement.
       if (err instanceof SessionLostError && err.connected && !this.closed) return { busy: true, retryInMs: 0 };
-      throw err instanceof LockUnavailableError ? err : new LockUnavailableError(`a semaphore statement failed: ${(err as Error).message}`, { cause: err });
+      throw err instanceof PgfenceError ? err : new LockUnavailableError(`a semaphore statement failed: ${(err as Error).message}`, { cause: err });
     }
     if (rows.length === 0) return { busy: true };
     const handle = new PermitHandle(this, request, BigInt(rows[0]!.slot), session);

@@ -1,4 +1,4 @@
-import { LockTimeoutError, LockUnavailableError } from '../errors.js';
+import { LockerClosedError, LockTimeoutError } from '../errors.js';
 import type { LockTarget } from '../keys.js';
 import type { HeldLockInfo, LockKind, Observer } from '../observe/observer.js';
 import { setLongTimeout } from '../options.js';
@@ -223,7 +223,7 @@ export class WaitLine<R extends LineRequest, H> {
   }
 }
 
-export const closedError = () => new LockUnavailableError('the locker was closed');
+export const closedError = () => new LockerClosedError('the locker was closed');
 
 /** A request for a named resource (a lease, a semaphore), as the observer reports it. */
 export interface TargetRequest extends LineRequest {

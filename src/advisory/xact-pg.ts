@@ -33,13 +33,25 @@ export function pgExecutor(client: pg.ClientBase): XactExecutor {
       const res = (await client.query(text)) as unknown as pg.QueryResult | pg.QueryResult[];
       return (Array.isArray(res) ? res : [res]).map((r) => r.rows);
     },
+    abandonAdvice:
+      'the client was ended, and its transaction with it (the server rolls it back once it notices): ' +
+      'discard this client (a pool client: release() it; the pool drops it) and retry on another',
+    abandon() {
+      // Ending the client is the one sure way that nothing the caller sends later runs in that
+      // transaction. end(), unlike a socket error, emits no 'error' event for an unwary caller to crash on.
+      if (typeof (client as { totalCount?: unknown }).totalCount === 'number') return; // a pool: no transaction to protect
+      const end = (client as { end?: () => Promise<void> }).end;
+      if (typeof end === 'function') void Promise.resolve(end.call(client)).catch(() => {});
+    },
   };
 }
 
 /**
  * Takes pg_advisory_xact_lock inside the caller's transaction (released at COMMIT or ROLLBACK).
- * Throws NotInTransactionError outside a transaction, LockTimeoutError after timeoutMs (the
- * transaction stays usable), DeadlockError when PostgreSQL breaks a deadlock.
+ * Throws NotInTransactionError outside a transaction, TransactionAbortedError in a failed one,
+ * LockTimeoutError after timeoutMs (the transaction stays usable), DeadlockError when PostgreSQL
+ * breaks a deadlock, and LockUnavailableError when PostgreSQL does not answer within timeoutMs plus
+ * ANSWER_GRACE_MS (2 s): the client is then ended, so discard it.
  */
 export async function xactLock(client: pg.ClientBase, name: LockName, opts: FencedXactLockOptions): Promise<FencedXactLockResult>;
 export async function xactLock(client: pg.ClientBase, name: LockName, opts?: XactLockOptions): Promise<XactLockResult>;

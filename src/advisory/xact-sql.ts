@@ -71,3 +71,9 @@ function epochLiteral(epoch: string): string {
 
 /** The token of a lock just taken in this transaction (for drivers that report no script results). */
 export const nextTokenSql = 'SELECT pgfence.next_token($1::int8)::text AS token';
+
+/**
+ * Sent after a statement went unanswered (xactLock gave up on the connection): queued behind it, it
+ * fails, so the transaction refuses everything the caller sends afterwards until it is rolled back.
+ */
+export const doomTransactionSql = `DO $pgfence$BEGIN RAISE EXCEPTION 'pgfence: xactLock gave up waiting for PostgreSQL to answer; this transaction is doomed: roll it back'; END$pgfence$`;

@@ -1,14 +1,16 @@
 import {
   DeadlockError,
+  describeLock,
   InvalidArgumentError,
   LockTimeoutError,
   LockUnavailableError,
   NestedLockError,
   NotInTransactionError,
   schemaMissingError,
+  TransactionAbortedError,
 } from '../errors.js';
 import { nameToBytes, resolveLock, type LockName, type LockTarget } from '../keys.js';
-import { abortSignal, booleanOption, durationMs, oneOf, optionsObject } from '../options.js';
+import { abortSignal, booleanOption, durationMs, oneOf, optionKeys, optionsObject, setLongTimeout } from '../options.js';
 import { isConnectionError } from '../session/connection-source.js';
 import type { LockMode } from '../observe/observer.js';
 import { nextTokenSql, tryXactLockSql, undoWaitScript, waitXactLockScript } from './xact-sql.js';
@@ -23,6 +25,7 @@ export interface XactLockOptions {
   /** Prefix hashed together with the name, as the locker's namespace option. */
   namespace?: string;
 }
+export const XACT_LOCK_OPTION_KEYS = optionKeys<XactLockOptions>({ mode: true, timeoutMs: true, signal: true, fencing: true, namespace: true });
 
 export interface XactLockResult {
   key: bigint;
@@ -48,11 +51,33 @@ export interface XactExecutor {
   /** A multi-statement script; each statement's rows when the driver reports them (scriptResults), else null. */
   script(text: string): Promise<Record<string, unknown>[][] | null>;
   readonly scriptResults: boolean;
+  /**
+   * PostgreSQL has not answered one of our statements in time: make sure nothing the caller sends
+   * later runs in this transaction as if the lock call had merely failed.
+   */
+  abandon(): void;
+  /** What abandon() did and what the caller should do, for the error message. */
+  readonly abandonAdvice: string;
 }
 
 const DEFAULT_TIMEOUT_MS = 10_000;
 /** A cancellable wait is cut into slices this long, so an abort is seen within one slice. */
 const SLICE_MS = 250;
+
+/**
+ * The client-side bound on every statement xactLock sends: PostgreSQL answers a wait by itself when its
+ * lock_timeout (the wait's bound) fires, so a statement still unanswered this long after its own bound
+ * means the server or the network is gone, not that the lock is busy.
+ */
+export const ANSWER_GRACE_MS = 2000;
+
+/** A statement went unanswered past its bound plus ANSWER_GRACE_MS. */
+class NoAnswer {
+  constructor(
+    readonly afterMs: number,
+    readonly advice: string,
+  ) {}
+}
 
 /** Keys held per transaction: identity -> key -> transaction start (epoch text, or '' when per-transaction). */
 const heldKeys = new WeakMap<object, Map<bigint, string>>();
@@ -67,7 +92,7 @@ interface Prepared {
 }
 
 function prepare(exec: XactExecutor, name: LockName, opts: XactLockOptions | undefined, tryOnly: boolean): Prepared {
-  const o = optionsObject<XactLockOptions>(opts, tryOnly ? 'tryXactLock options' : 'xactLock options');
+  const o = optionsObject<XactLockOptions>(opts, tryOnly ? 'tryXactLock options' : 'xactLock options', XACT_LOCK_OPTION_KEYS);
   if (o.namespace !== undefined) nameToBytes('namespace', o.namespace);
   const target = resolveLock(name, o.namespace);
   const mode = oneOf(o.mode, 'mode', ['exclusive', 'shared'] as const, 'exclusive');
@@ -85,7 +110,7 @@ function prepare(exec: XactExecutor, name: LockName, opts: XactLockOptions | und
   const signal = abortSignal(o.signal);
   const status = exec.status();
   if (status === 'idle') throw new NotInTransactionError();
-  if (status === 'failed') throw abortedTransaction();
+  if (status === 'failed') throw new TransactionAbortedError();
   const held = heldKeys.get(exec.identity)?.get(target.key);
   if (held !== undefined && exec.perTransaction) throw new NestedLockError(target.name, target.key, target.name, target.key);
   return { target, shared: mode === 'shared', fencing, timeoutMs, signal, nestedIn: held ?? null };
@@ -111,7 +136,7 @@ export async function tryXactLockWith(exec: XactExecutor, name: LockName, opts?:
 async function tryOnce(exec: XactExecutor, p: Prepared): Promise<XactLockResult | null> {
   let rows: { in_xact: boolean; nested: boolean; granted: boolean | null; xact: string; token?: string | null }[];
   try {
-    rows = await exec.query(tryXactLockSql(p.shared, p.fencing), [p.target.key, p.nestedIn]);
+    rows = await answered(exec, 0, () => exec.query(tryXactLockSql(p.shared, p.fencing), [p.target.key, p.nestedIn]));
   } catch (err) {
     throw translate(err, p);
   }
@@ -127,34 +152,34 @@ async function wait(exec: XactExecutor, p: Prepared): Promise<XactLockResult | n
   let first = true;
   for (;;) {
     if (p.signal?.aborted) {
-      if (!first) await undo(exec);
+      if (!first) await undo(exec, p);
       throw p.signal.reason;
     }
     const remaining = deadline - performance.now();
-    const slice = p.signal ? Math.min(remaining, SLICE_MS) : remaining;
+    const slice = Math.max(1, p.signal ? Math.min(remaining, SLICE_MS) : remaining);
     let results: Record<string, unknown>[][] | null;
     try {
-      results = await exec.script(
-        waitXactLockScript({
-          key: p.target.key,
-          shared: p.shared,
-          timeoutMs: Math.max(1, slice),
-          first,
-          nestedIn: p.nestedIn,
-          fenced: p.fencing && exec.scriptResults,
-        }),
-      );
+      const script = waitXactLockScript({
+        key: p.target.key,
+        shared: p.shared,
+        timeoutMs: slice,
+        first,
+        nestedIn: p.nestedIn,
+        fenced: p.fencing && exec.scriptResults,
+      });
+      // The server gives up at `slice` (its lock_timeout); the client at slice + ANSWER_GRACE_MS.
+      results = await answered(exec, slice, () => exec.script(script));
     } catch (err) {
       const code = sqlState(err);
       if (isConnectionError(err)) throw translate(err, p);
       if (code === '55P03') {
         first = false;
         if (deadline - performance.now() > 1 || p.signal?.aborted) continue; // the next slice, or the abort above
-        await undo(exec);
+        await undo(exec, p);
         return null;
       }
       // A savepoint refused outside a transaction (25P01) or in an aborted one (25P02) left nothing to undo.
-      if (code !== '25P01' && code !== '25P02') await undo(exec);
+      if (code !== '25P01' && code !== '25P02') await undo(exec, p);
       throw translate(err, p);
     }
     const row = results?.find((rows) => rows[0] && 'locked' in rows[0])?.[0];
@@ -163,7 +188,7 @@ async function wait(exec: XactExecutor, p: Prepared): Promise<XactLockResult | n
     if (p.fencing && !row) {
       // The driver reported no rows for the script: one more statement for the token.
       try {
-        token = (await exec.query<{ token: string }>(nextTokenSql, [p.target.key]))[0]!.token;
+        token = (await answered(exec, 0, () => exec.query<{ token: string }>(nextTokenSql, [p.target.key])))[0]!.token;
       } catch (err) {
         throw translate(err, p);
       }
@@ -179,20 +204,58 @@ function granted(exec: XactExecutor, p: Prepared, xact: string, token: string | 
   return { key: p.target.key, token: token === null ? null : BigInt(token) };
 }
 
-async function undo(exec: XactExecutor): Promise<void> {
+/** Rolls back to the wait's savepoint. Throws only when the server did not answer (the transaction is then abandoned). */
+async function undo(exec: XactExecutor, p: Prepared): Promise<void> {
   try {
-    await exec.script(undoWaitScript);
-  } catch {
+    await answered(exec, 0, () => exec.script(undoWaitScript));
+  } catch (err) {
+    if (err instanceof NoAnswer) throw translate(err, p);
     // The connection is gone, or the transaction was ended underneath us: nothing is left to undo.
   }
 }
 
+/**
+ * Runs one statement on the caller's connection with a client-side bound: PostgreSQL must answer
+ * within `serverBoundMs` (the statement's own lock_timeout; 0 for one that does not wait) plus
+ * ANSWER_GRACE_MS, whatever the network does. Past that the executor abandons the transaction.
+ */
+function answered<T>(exec: XactExecutor, serverBoundMs: number, run: () => Promise<T>): Promise<T> {
+  const pending = run();
+  if (serverBoundMs === Infinity) return pending; // asked to wait without bound
+  const limitMs = serverBoundMs + ANSWER_GRACE_MS;
+  // One timer and no extra promise per statement: this runs on every xactLock.
+  return new Promise<T>((resolve, reject) => {
+    const cancel = setLongTimeout(() => {
+      pending.catch(() => {}); // settles when the connection ends or the network heals; nobody waits for it
+      exec.abandon();
+      reject(new NoAnswer(limitMs, exec.abandonAdvice));
+    }, limitMs);
+    pending.then(
+      (value) => {
+        cancel();
+        resolve(value);
+      },
+      (err: unknown) => {
+        cancel();
+        reject(err);
+      },
+    );
+  });
+}
+
 function translate(err: unknown, p: Prepared): Error {
+  if (err instanceof NoAnswer) {
+    return new LockUnavailableError(
+      `PostgreSQL did not answer within ${err.afterMs} ms while taking transaction lock ${describeLock(p.target.name, p.target.key)} ` +
+        `(server or network down): ${err.advice}`,
+      { cause: new Error(`no answer from PostgreSQL within ${err.afterMs} ms`) },
+    );
+  }
   const missing = schemaMissingError(err);
   if (missing) return missing;
   const code = sqlState(err);
   if (code === '25P01') return new NotInTransactionError();
-  if (code === '25P02') return abortedTransaction();
+  if (code === '25P02') return new TransactionAbortedError({ cause: err });
   if (code === '40P01') return new DeadlockError(p.target.name, p.target.key, { cause: err });
   if (code === '57014') {
     // The caller's statement_timeout (or a cancel request) ended the wait.
@@ -202,12 +265,6 @@ function translate(err: unknown, p: Prepared): Error {
   }
   if (isConnectionError(err)) return new LockUnavailableError(`transaction lock failed: ${(err as Error)?.message}`, { cause: err });
   return err instanceof Error ? err : new Error(String(err));
-}
-
-function abortedTransaction(): NotInTransactionError {
-  const e = new NotInTransactionError();
-  e.message = 'the transaction is aborted (an earlier statement failed): roll it back before taking locks in it';
-  return e;
 }
 
 function sqlState(err: unknown): string | undefined {

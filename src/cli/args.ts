@@ -6,6 +6,7 @@
  */
 
 import { EXIT } from './exit-codes.js';
+import { didYouMean } from './suggest.js';
 
 /** A mistake on the command line: the command prints it with its usage and exits 64 (EX_USAGE). */
 export class UsageError extends Error {
@@ -26,7 +27,7 @@ export interface FlagSpec {
   type: FlagType;
   /** One-letter alias, e.g. 'h'. */
   short?: string;
-  /** For durations: accept 'forever' / 'infinity' / 'inf' (Infinity). */
+  /** For durations: accept 'forever' (Infinity). */
   allowInfinity?: boolean;
   /** For durations and numbers: the smallest value accepted (default 0). */
   min?: number;
@@ -57,7 +58,7 @@ export function parseArgs(argv: readonly string[], specs: Record<string, FlagSpe
       const name = eq === -1 ? arg.slice(2) : arg.slice(2, eq);
       const inline = eq === -1 ? undefined : arg.slice(eq + 1);
       const spec = specs[name];
-      if (!spec) throw new UsageError(`unknown option --${name}`);
+      if (!spec) throw new UsageError(`unknown option --${name}${didYouMean(name, Object.keys(specs), (c) => `--${c}`)}`);
       if (name in flags) throw new UsageError(`--${name} was given more than once`);
       if (spec.type === 'boolean') {
         flags[name] = inline === undefined ? true : parseBoolean(name, inline);
@@ -98,8 +99,9 @@ function parseBoolean(name: string, value: string): boolean {
 function parseValue(name: string, value: string, spec: FlagSpec): FlagValue {
   if (spec.type === 'duration') return checkDuration(name, value, spec);
   if (spec.type === 'number') {
-    const n = value.trim() === '' ? NaN : Number(value);
-    if (!Number.isFinite(n)) throw new UsageError(`--${name}: expected a number, got "${value}"`);
+    // Decimal digits only, as for durations: no 1e3, 0x10 or Infinity.
+    const n = NUMBER.test(value.trim()) ? Number(value) : NaN;
+    if (!Number.isFinite(n)) throw new UsageError(`--${name}: expected a number (decimal digits), got "${value}"`);
     if (spec.integer && !Number.isInteger(n)) throw new UsageError(`--${name}: expected a whole number, got "${value}"`);
     if (n < (spec.min ?? 0)) throw new UsageError(`--${name}: must be at least ${spec.min ?? 0}, got ${value}`);
     if (spec.max !== undefined && n > spec.max) throw new UsageError(`--${name}: must be at most ${spec.max}, got ${value}`);
@@ -113,8 +115,13 @@ function parseValue(name: string, value: string, spec: FlagSpec): FlagValue {
 export const MAX_DURATION_MS = 365 * 24 * 3600 * 1000;
 
 const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
+/**
+ * Decimal digits with an optional unit. Exponents (1e3) and JavaScript's Infinity are refused, for
+ * durations and plain numbers alike: the one unbounded duration is spelled "forever".
+ */
 const DURATION = /^(-?)(\d+(?:\.\d+)?|\.\d+)(ms|s|m|h)?$/;
-const INFINITE = new Set(['forever', 'infinity', 'inf']);
+const NUMBER = /^-?(\d+(?:\.\d+)?|\.\d+)$/;
+const INFINITE = new Set(['forever']);
 
 function looksLikeDuration(value: string): boolean {
   return DURATION.test(value.trim()) || INFINITE.has(value.trim().toLowerCase());
@@ -122,16 +129,23 @@ function looksLikeDuration(value: string): boolean {
 
 /**
  * Milliseconds from "500ms", "30s", "1.5s", "2m", "1h" or a plain number (milliseconds); with
- * `allowInfinity`, also "forever" / "infinity" / "inf". Throws a UsageError naming the flag.
+ * `allowInfinity`, also "forever". Throws a UsageError naming the flag.
  */
 export function parseDuration(value: string, flag: string, opts: { allowInfinity?: boolean; min?: number } = {}): number {
   const text = value.trim();
   if (opts.allowInfinity && INFINITE.has(text.toLowerCase())) return Infinity;
   const m = DURATION.exec(text);
   if (!m) {
+    const hint = /^[+-]?(inf|infinity)$/i.test(text)
+      ? opts.allowInfinity
+        ? ' (write "forever" for no limit)'
+        : ' (this option takes no unbounded value)'
+      : /^[+-]?[\d.]+e[+-]?\d+/i.test(text)
+        ? ' (write the digits out: exponents such as 1e3 are not accepted)'
+        : '';
     throw new UsageError(
       `${flag}: expected a duration such as 500ms, 30s, 2m or 1h (a plain number means milliseconds)` +
-        `${opts.allowInfinity ? ', or "forever"' : ''}, got "${value}"`,
+        `${opts.allowInfinity ? ', or "forever"' : ''}, got "${value}"${hint}`,
     );
   }
   if (m[1] === '-') throw new UsageError(`${flag}: must not be negative, got "${value}"`);

@@ -33,7 +33,7 @@ worker. Figures depend on the network and the server's load: compare the ratios.
 options:
   --seconds N           total duration, 2 to 600 (default ${DEFAULT_SECONDS})
   --workers N           contending workers, 2 to 16 (default ${DEFAULT_WORKERS})
-${databaseHelp}
+${databaseHelp(24)}
   -h, --help            this help
 
 exit status: 0 done; 1 a measurement failed (e.g. the database could not be reached); 64 bad command line.

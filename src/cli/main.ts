@@ -1,33 +1,98 @@
 #!/usr/bin/env node
 /**
  * The pgfence command. Each subcommand lives in its own module and exports `run(argv): Promise<number>`
- * (the exit code); this file only dispatches.
+ * (the exit code); this file reads the global options (before the command, as git and gh take
+ * them), answers --version and help, and dispatches.
  */
+import { readFileSync } from 'node:fs';
+import { EXIT } from './exit-codes.js';
+import { didYouMean } from './suggest.js';
+
 const commands: Record<string, { summary: string; load: () => Promise<{ run(argv: string[]): Promise<number> }> }> = {
   migrate: { summary: "apply pgfence's schema (migrations/ and sql/)", load: () => import('./migrate.js') },
   status: { summary: 'held and waiting locks and leases, with names', load: () => import('./status.js') },
   run: { summary: 'run a command while holding a lock', load: () => import('./run.js') },
-  demo: { summary: 'the fencing story, for real (embedded PostgreSQL without a database URL)', load: () => import('./demo.js') },
+  demo: { summary: 'the fencing story, for real (embedded PostgreSQL without a database)', load: () => import('./demo.js') },
   bench: { summary: 'a quick benchmark against your database', load: () => import('./bench.js') },
+  help: { summary: 'help on a command: pgfence help <command>', load: async () => ({ run: help }) },
 };
 
+const GLOBAL_OPTIONS: [string, string][] = [
+  ['--database-url <url>', 'the database, for any command (see below)'],
+  ['-V, --version', "pgfence's version"],
+  ['-h, --help', 'this help'],
+];
+
 export function usage(): string {
-  const lines = Object.entries(commands).map(([name, c]) => `  ${name.padEnd(8)} ${c.summary}`);
-  return `usage: pgfence <command> [options]\n\ncommands:\n${lines.join('\n')}\n\nDatabase: --database-url <url> or DATABASE_URL. Run pgfence <command> --help for its options.\n`;
+  const width = Math.max(...Object.keys(commands).map((n) => n.length), ...GLOBAL_OPTIONS.map(([o]) => o.length)) + 2;
+  const commandLines = Object.entries(commands).map(([name, c]) => `  ${name.padEnd(width)}${c.summary}`);
+  const optionLines = GLOBAL_OPTIONS.map(([o, text]) => `  ${o.padEnd(width)}${text}`);
+  return (
+    `usage: pgfence [--database-url <url>] <command> [options]\n` +
+    `       pgfence help <command> | --version\n\n` +
+    `commands:\n${commandLines.join('\n')}\n\n` +
+    `global options (before the command; --database-url also after it):\n${optionLines.join('\n')}\n\n` +
+    `Database: --database-url (a postgres:// URL or keyword/value settings such as "host=db dbname=app"),\n` +
+    `else DATABASE_URL, else PGHOST, PGPORT, PGUSER, PGDATABASE and PGPASSWORD as for psql.\n` +
+    `Run 'pgfence help <command>' (or pgfence <command> --help) for a command's options.\n`
+  );
+}
+
+export function version(): string {
+  const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
+  return pkg.version;
+}
+
+/** A usage mistake: the message on stderr, then the full usage (`full`) or where to find it. */
+function usageError(message: string, full = false): number {
+  process.stderr.write(`pgfence: ${message}\n${full ? `\n${usage()}` : "Run 'pgfence --help' for the commands and global options.\n"}`);
+  return EXIT.USAGE;
+}
+
+async function help(argv: string[]): Promise<number> {
+  const [name, ...extra] = argv;
+  if (name === undefined || name === '--help' || name === '-h') {
+    process.stdout.write(usage());
+    return EXIT.OK;
+  }
+  if (extra.length > 0) return usageError(`help takes one command, got "${argv.join(' ')}"`);
+  if (name === 'help' || !Object.hasOwn(commands, name)) {
+    return name === 'help' ? help([]) : usageError(`unknown command "${name}"${didYouMean(name, Object.keys(commands), (c) => `"${c}"`)}`);
+  }
+  return (await commands[name]!.load()).run(['--help']);
 }
 
 async function main(argv: string[]): Promise<number> {
-  const [name, ...rest] = argv;
-  if (name === undefined || name === '--help' || name === '-h' || name === 'help') {
-    process.stdout.write(usage());
-    return name === undefined ? 64 : 0;
+  // Global options: those before the command; --database-url is handed on to the command.
+  const global: string[] = [];
+  let i = 0;
+  for (; i < argv.length && argv[i]!.startsWith('-'); i++) {
+    const arg = argv[i]!;
+    if (arg === '--version' || arg === '-V') {
+      process.stdout.write(`pgfence ${version()}\n`);
+      return EXIT.OK;
+    }
+    if (arg === '--help' || arg === '-h') return help([]);
+    if (arg === '--database-url') {
+      if (argv[i + 1] === undefined) return usageError('--database-url needs a value');
+      global.push(arg, argv[++i]!);
+    } else if (arg.startsWith('--database-url=')) {
+      global.push(arg);
+    } else {
+      const name = arg.replace(/^--?/, '').split('=')[0]!;
+      const suggestion = didYouMean(name, ['database-url', 'version', 'help'], (c) => `--${c}`);
+      return usageError(`unknown option ${arg} before the command${suggestion || ' (command options go after the command)'}`);
+    }
   }
-  const command = commands[name];
-  if (!command) {
-    process.stderr.write(`pgfence: unknown command "${name}"\n\n${usage()}`);
-    return 64;
+  const name = argv[i];
+  const rest = argv.slice(i + 1);
+  if (name === undefined) return usageError('missing the command', true);
+  if (!Object.hasOwn(commands, name)) {
+    return usageError(`unknown command "${name}"${didYouMean(name, Object.keys(commands), (c) => `"${c}"`)}`);
   }
-  return (await command.load()).run(rest);
+  if (name === 'help') return help(rest);
+  // The global options go before the command's own (and before a `--` ending them).
+  return (await commands[name]!.load()).run([...global, ...rest]);
 }
 
 main(process.argv.slice(2)).then(

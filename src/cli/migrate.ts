@@ -13,7 +13,7 @@ const spec: CommandSpec = {
 sql/ definitions. Safe to run from several places at once (runs are serialised by an advisory lock).
 
 options:
-${databaseHelp}
+${databaseHelp(24)}
   -h, --help            this help
 
 exit status: 0 applied or up to date; 1 the migration failed (message and code on stderr);

@@ -52,7 +52,7 @@ options:
                            SIGTERM (default ${formatMs(DEFAULT_KILL_AFTER_MS)}; 0 = at once)
   --no-fencing             advisory lock without a fencing token (works without pgfence's schema)
   --namespace <ns>         the namespace of the lock name (as in createLocker({ namespace }))
-${databaseHelp}
+${databaseHelp(27)}
   -h, --help               this help
 Durations: 500ms, 30s, 1.5s, 2m, 1h, or a plain number of milliseconds.
 

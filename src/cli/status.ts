@@ -26,7 +26,7 @@ options:
                         redraws in place on a terminal, else prints a separator and the new table
   --json                print the report as JSON (bigints as strings, dates as ISO strings);
                         with --watch, one JSON document per line per interval
-${databaseHelp}
+${databaseHelp(24)}
   -h, --help            this help
 
 columns: LOCK is the name (or "key <int64>" when unknown); STATE is held, waiting (blocked: in

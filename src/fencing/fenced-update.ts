@@ -1,6 +1,6 @@
 import { InvalidArgumentError, StaleTokenError } from '../errors.js';
 import { describeType } from '../keys.js';
-import { optionsObject } from '../options.js';
+import { optionKeys, optionsObject } from '../options.js';
 import { quoteColumn, quoteTable } from './identifiers.js';
 
 export interface FencedUpdateSpec {
@@ -16,24 +16,42 @@ export interface FencedUpdateSpec {
   column?: string;
 }
 
+export const FENCED_UPDATE_SPEC_KEYS = optionKeys<FencedUpdateSpec>({ table: true, set: true, where: true, token: true, column: true });
+
 export interface FencedUpdateResult {
+  /** True when every row the `where` matched was written (at least one). */
   applied: boolean;
-  /** Why nothing was written: a newer token has written the row ('stale'), or no row matched ('missing'). */
+  /** Rows written (their token was NULL or not newer than `token`). */
+  written: number;
+  /** Rows matched but kept because a newer token has written them. */
+  refused: number;
+  /**
+   * Why not applied: a newer token has written (some of) the rows ('stale'), or no row matched
+   * ('missing'). With several rows, 'stale' may come with `written > 0`: roll back if that is all or nothing.
+   */
   reason?: 'stale' | 'missing';
-  /** The row's token when the write was refused as stale. */
+  /** The newest token among the refused rows. */
   currentToken?: bigint;
 }
 
 export const DEFAULT_FENCING_COLUMN = 'fencing_token';
 
-/**
- * One UPDATE that the database guards: it writes only where the row's token is not newer than the
- * holder's (`fencing_token IS NULL OR fencing_token <= $token`) and stores the token with the write.
- * The same statement reports why nothing was written. Identifiers are validated and quoted; every
- * value is a parameter.
- */
-export function fencedUpdateQuery(spec: FencedUpdateSpec): { text: string; values: unknown[] } {
-  const s = optionsObject<FencedUpdateSpec>(spec, 'fencedUpdate spec');
+/** The parts every guarded statement shares: quoted names, the token as $1, the row filter. */
+export interface GuardedTarget {
+  table: string;
+  column: string;
+  token: bigint;
+  values: unknown[];
+  /** Adds a value as the next parameter and returns its placeholder. */
+  param(value: unknown): string;
+  /** The `where` equalities, ANDed. */
+  conditions: string;
+  /** `(column IS NULL OR column <= $1)`: the fencing guard. */
+  guard: string;
+}
+
+/** Validates a spec's table, column, token and `where` (before any I/O) and prepares their SQL. */
+export function guardedTarget(s: { table?: unknown; where?: unknown; token?: unknown; column?: unknown }): GuardedTarget {
   const table = quoteTable(s.table);
   const column = quoteColumn(s.column ?? DEFAULT_FENCING_COLUMN, 'column');
   const token = checkToken(s.token);
@@ -42,34 +60,58 @@ export function fencedUpdateQuery(spec: FencedUpdateSpec): { text: string; value
     values.push(v);
     return `$${values.length}`;
   };
-  const setEntries = entriesOf(s.set, 'set', true);
-  const whereEntries = entriesOf(s.where, 'where', false);
-  const assignments = setEntries.map(([name, value]) => {
-    const col = quoteColumn(name, `set.${name}`);
-    if (col === column) throw new InvalidArgumentError(`set.${name}`, 'the fencing column is written by fencedUpdate itself');
-    return `${col} = ${param(value)}`;
-  });
-  const conditions = whereEntries
+  const conditions = entriesOf(s.where, 'where', false)
     .map(([name, value]) => {
       const col = quoteColumn(name, `where.${name}`);
       return value === null ? `${col} IS NULL` : `${col} = ${param(value)}`;
     })
     .join(' AND ');
-  const text = `WITH updated AS (
-  UPDATE ${table} SET ${[...assignments, `${column} = $1`].join(', ')}
-  WHERE ${conditions} AND (${column} IS NULL OR ${column} <= $1)
-  RETURNING 1
-)
-SELECT (SELECT count(*) FROM updated)::int AS applied,
-       (SELECT count(*) FROM ${table} WHERE ${conditions})::int AS matched,
-       (SELECT max(${column}) FROM ${table} WHERE ${conditions})::text AS current`;
-  return { text, values };
+  return { table, column, token, values, param, conditions, guard: `(${column} IS NULL OR ${column} <= $1)` };
 }
 
-export function fencedUpdateResult(row: { applied: number; matched: number; current: string | null }): FencedUpdateResult {
-  if (row.applied > 0) return { applied: true };
-  if (row.matched === 0) return { applied: false, reason: 'missing' };
-  return { applied: false, reason: 'stale', ...(row.current === null ? {} : { currentToken: BigInt(row.current) }) };
+/**
+ * One UPDATE that the database guards: it writes only where the row's token is not newer than the
+ * holder's (`fencing_token IS NULL OR fencing_token <= $token`) and stores the token with the write.
+ * The same statement counts the rows it matched, so it reports what it refused and why. Identifiers
+ * are validated and quoted; every value is a parameter.
+ */
+export function fencedUpdateQuery(spec: FencedUpdateSpec): { text: string; values: unknown[] } {
+  const s = optionsObject<FencedUpdateSpec>(spec, 'fencedUpdate spec', FENCED_UPDATE_SPEC_KEYS);
+  const t = guardedTarget(s);
+  const setEntries = entriesOf(s.set, 'set', true);
+  const assignments = setEntries.map(([name, value]) => {
+    const col = quoteColumn(name, `set.${name}`);
+    if (col === t.column) throw new InvalidArgumentError(`set.${name}`, 'the fencing column is written by fencedUpdate itself');
+    return `${col} = ${t.param(value)}`;
+  });
+  // The counts read the statement's snapshot, from before the UPDATE: matched - written = refused.
+  // The CTE's name has a space: no table name that passes validation can be shadowed by it.
+  const text = `WITH "pgfence updated" AS (
+  UPDATE ${t.table} SET ${[...assignments, `${t.column} = $1`].join(', ')}
+  WHERE ${t.conditions} AND ${t.guard}
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM "pgfence updated")::int AS written,
+       (SELECT count(*) FROM ${t.table} WHERE ${t.conditions})::int AS matched,
+       (SELECT max(${t.column}) FROM ${t.table} WHERE ${t.conditions})::text AS current`;
+  return { text, values: t.values };
+}
+
+/** What one guarded statement saw: rows written, rows matched, the newest token among them. */
+export interface GuardedCounts {
+  written: number;
+  matched: number;
+  current: string | null;
+}
+
+export function fencedUpdateResult(row: GuardedCounts): FencedUpdateResult {
+  const written = row.written;
+  // Never below 0: a row the UPDATE could write was in its snapshot, hence counted as matched.
+  const refused = Math.max(0, row.matched - written);
+  if (row.matched === 0 && written === 0) return { applied: false, written: 0, refused: 0, reason: 'missing' };
+  if (refused === 0) return { applied: true, written, refused: 0 };
+  // Written rows had a token <= ours and refused ones a newer one: the maximum is a refused row's.
+  return { applied: false, written, refused, reason: 'stale', ...(row.current === null ? {} : { currentToken: BigInt(row.current) }) };
 }
 
 export function checkToken(token: unknown, argument = 'token'): bigint {
@@ -78,7 +120,7 @@ export function checkToken(token: unknown, argument = 'token'): bigint {
   return token;
 }
 
-function entriesOf(value: unknown, argument: string, allowEmpty: boolean): [string, unknown][] {
+export function entriesOf(value: unknown, argument: string, allowEmpty: boolean): [string, unknown][] {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
     throw new InvalidArgumentError(argument, `expected an object of column: value, got ${describeType(value)}`);
   }

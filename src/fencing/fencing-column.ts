@@ -1,4 +1,4 @@
-import { booleanOption, optionsObject } from '../options.js';
+import { booleanOption, optionKeys, optionsObject } from '../options.js';
 import { DEFAULT_FENCING_COLUMN } from './fenced-update.js';
 import { bareIdentifier, quoteColumn, quoteTable } from './identifiers.js';
 
@@ -11,10 +11,11 @@ export interface FencingColumnOptions {
    */
   enforce?: boolean;
 }
+export const FENCING_COLUMN_OPTION_KEYS = optionKeys<FencingColumnOptions>({ column: true, enforce: true });
 
 /** The SQL that adds a fencing column (bigint, NULL until first fenced write) to one of your tables. Idempotent. */
 export function fencingColumnSql(table: string, opts?: FencingColumnOptions): string {
-  const o = optionsObject<FencingColumnOptions>(opts, 'fencingColumnSql options');
+  const o = optionsObject<FencingColumnOptions>(opts, 'fencingColumnSql options', FENCING_COLUMN_OPTION_KEYS);
   const t = quoteTable(table);
   const column = quoteColumn(o.column ?? DEFAULT_FENCING_COLUMN, 'column');
   const statements = [`ALTER TABLE ${t} ADD COLUMN IF NOT EXISTS ${column} bigint;`];

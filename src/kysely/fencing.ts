@@ -1,7 +1,7 @@
 import { CompiledQuery, sql, type Kysely, type UpdateQueryBuilder } from 'kysely';
 import { InvalidArgumentError } from '../errors.js';
 import { describeType } from '../keys.js';
-import { optionsObject } from '../options.js';
+import { optionKeys, optionsObject } from '../options.js';
 import {
   checkToken,
   DEFAULT_FENCING_COLUMN,
@@ -10,7 +10,9 @@ import {
   staleFromTrigger,
   type FencedUpdateResult,
   type FencedUpdateSpec,
+  type GuardedCounts,
 } from '../fencing/fenced-update.js';
+import { fencedClaimQuery, fencedClaimResult, type FencedClaimResult, type FencedClaimSpec } from '../fencing/fenced-claim.js';
 import { fencingColumnSql, type FencingColumnOptions } from '../fencing/fencing-column.js';
 import { bareIdentifier, quoteColumn } from '../fencing/identifiers.js';
 
@@ -30,7 +32,7 @@ export function fenced<DB, UT extends keyof DB, TB extends keyof DB, O>(
     throw new InvalidArgumentError('builder', `expected a Kysely update query builder, got ${describeType(builder)}`);
   }
   checkToken(token);
-  const o = optionsObject<{ column?: string }>(opts, 'fenced options');
+  const o = optionsObject<{ column?: string }>(opts, 'fenced options', FENCED_OPTION_KEYS);
   const column = bareIdentifier(quoteColumn(o.column ?? DEFAULT_FENCING_COLUMN, 'column'));
   const ref = sql.ref(column);
   return (builder as UpdateQueryBuilder<DB, UT, TB, O>)
@@ -42,15 +44,44 @@ type AnyKysely = Kysely<any>;
 
 /** fencedUpdate for Kysely (a Kysely instance or a transaction): same spec and result as the root export's. */
 export async function fencedUpdate(db: AnyKysely, spec: FencedUpdateSpec): Promise<FencedUpdateResult> {
-  if (typeof db !== 'object' || db === null || typeof (db as { executeQuery?: unknown }).executeQuery !== 'function') {
-    throw new InvalidArgumentError('db', `expected a Kysely instance or transaction, got ${describeType(db)}`);
-  }
+  checkDb(db);
   const { text, values } = fencedUpdateQuery(spec);
   try {
-    const { rows } = await db.executeQuery<{ applied: number; matched: number; current: string | null }>(CompiledQuery.raw(text, values));
+    const { rows } = await db.executeQuery<GuardedCounts>(CompiledQuery.raw(text, values));
     return fencedUpdateResult(rows[0]!);
   } catch (err) {
     throw staleFromTrigger(err, spec.token);
+  }
+}
+
+/**
+ * fencedClaim for Kysely (a Kysely instance or a transaction): stamps `token` into the rows' fencing
+ * column before you read them, so an older holder's later guarded write to them is refused. Same spec
+ * and result as the root export's.
+ *
+ *   await db.transaction().execute(async (trx) => {
+ *     const claim = await fencedClaim<Counter>(trx, { table: 'counters', where: { id: 1 }, token });
+ *     if (!claim.claimed) return; // a newer holder has the row
+ *     await fencedUpdate(trx, { table: 'counters', set: { n: claim.rows[0].n + 1 }, where: { id: 1 }, token });
+ *   });
+ */
+export async function fencedClaim<Row extends Record<string, unknown> = Record<string, unknown>>(
+  db: AnyKysely,
+  spec: FencedClaimSpec,
+): Promise<FencedClaimResult<Row>> {
+  checkDb(db);
+  const { text, values } = fencedClaimQuery(spec);
+  try {
+    const { rows } = await db.executeQuery<Record<string, unknown>>(CompiledQuery.raw(text, values));
+    return fencedClaimResult<Row>(rows);
+  } catch (err) {
+    throw staleFromTrigger(err, spec.token);
+  }
+}
+
+function checkDb(db: unknown): void {
+  if (typeof db !== 'object' || db === null || typeof (db as { executeQuery?: unknown }).executeQuery !== 'function') {
+    throw new InvalidArgumentError('db', `expected a Kysely instance or transaction, got ${describeType(db)}`);
   }
 }
 
@@ -65,3 +96,5 @@ export async function addFencingColumn(db: AnyKysely, table: string, opts?: Fenc
   }
   await sql.raw(text).execute(db);
 }
+
+const FENCED_OPTION_KEYS = optionKeys<{ column?: string }>({ column: true });

@@ -10,6 +10,7 @@ import {
   type XactLockOptions,
   type XactLockResult,
 } from '../advisory/xact.js';
+import { doomTransactionSql } from '../advisory/xact-sql.js';
 
 export type { FencedXactLockOptions, FencedXactLockResult, XactLockOptions, XactLockResult } from '../advisory/xact.js';
 
@@ -34,10 +35,21 @@ function kyselyExecutor(trx: AnyTransaction): XactExecutor {
       await trx.executeQuery(CompiledQuery.raw(text, []));
       return null;
     },
+    abandonAdvice:
+      'the transaction is doomed (every later statement in it fails): let the error leave the transaction callback so Kysely rolls it back, and retry',
+    abandon() {
+      // The connection is Kysely's, not ours to end: queue, right behind the unanswered statement, one
+      // that fails, so whatever the caller sends next is refused (25P02) until the rollback.
+      trx.executeQuery(CompiledQuery.raw(doomTransactionSql, [])).catch(() => {});
+    },
   };
 }
 
-/** pg_advisory_xact_lock inside a Kysely transaction (db.transaction().execute(async (trx) => ...)). */
+/**
+ * pg_advisory_xact_lock inside a Kysely transaction (db.transaction().execute(async (trx) => ...)).
+ * When PostgreSQL does not answer within timeoutMs plus 2 s, rejects with LockUnavailableError and
+ * dooms the transaction: its later statements fail until it is rolled back.
+ */
 export async function xactLock(trx: AnyTransaction, name: LockName, opts: FencedXactLockOptions): Promise<FencedXactLockResult>;
 export async function xactLock(trx: AnyTransaction, name: LockName, opts?: XactLockOptions): Promise<XactLockResult>;
 export async function xactLock(trx: AnyTransaction, name: LockName, opts?: XactLockOptions): Promise<XactLockResult> {
@@ -59,7 +71,8 @@ export async function tryXactLock(
   return tryXactLockWith(kyselyExecutor(trx), name, opts);
 }
 
-export { addFencingColumn, fenced, fencedUpdate } from './fencing.js';
+export { addFencingColumn, fenced, fencedClaim, fencedUpdate } from './fencing.js';
 export type { FencedUpdateResult, FencedUpdateSpec } from '../fencing/fenced-update.js';
+export type { FencedClaimResult, FencedClaimSpec } from '../fencing/fenced-claim.js';
 export type { FencingColumnOptions } from '../fencing/fencing-column.js';
 export { pgfenceMigrations, type PgfenceMigration, type PgfenceMigrationProvider } from './migrations.js';

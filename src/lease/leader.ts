@@ -1,15 +1,16 @@
 import { EventEmitter } from 'node:events';
 import type { LockHandle } from '../advisory/handle.js';
-import type { LockLostError, LockLostReason } from '../errors.js';
+import { LockerClosedError, PgfenceError, type LockLostError, type LockLostReason } from '../errors.js';
 import { internalKey, type LockTarget } from '../keys.js';
+import { abortSignal, optionKeys, optionsObject } from '../options.js';
 import type { Logger } from '../observe/logger.js';
 import type { LeaseHandle } from './lease-manager.js';
 
 /** What a leader election needs from its locker. */
 export interface LeaderCampaignPorts {
   lease(signal: AbortSignal): Promise<LeaseHandle>;
-  /** A session lock whose loss ends the term (a killed backend, a lost network). */
-  guard(key: bigint): Promise<LockHandle>;
+  /** A session lock whose loss ends the term (a killed backend, a lost network), named `name`. */
+  guard(key: bigint, name: string): Promise<LockHandle>;
   logger: Logger;
 }
 
@@ -18,6 +19,11 @@ export interface ElectedEvent {
 }
 /** Why a term ended: resign(), or why its lease or its session lock was lost. */
 export type DemotionReason = 'resigned' | LockLostReason;
+export interface WhenElectedOptions {
+  signal?: AbortSignal;
+}
+export const WHEN_ELECTED_OPTION_KEYS = optionKeys<WhenElectedOptions>({ signal: true });
+
 export interface DemotedEvent {
   epoch: bigint;
   reason: DemotionReason;
@@ -38,13 +44,17 @@ export interface LeaderEvents {
  */
 export interface LeaderElection extends EventEmitter<LeaderEvents> {
   readonly name: string | null;
+  /**
+   * Read when about to act: the lease's local deadline is checked on the monotonic clock as this is
+   * read, so a process that was paused past its lease sees false before any timer of its own runs.
+   */
   readonly isLeader: boolean;
-  /** The epoch of the current term, or null when not leading. */
+  /** The epoch of the current term, or null when not leading (checked as isLeader is). */
   readonly epoch: bigint | null;
-  /** Aborts when the current term ends; null when not leading. */
+  /** Aborts when the current term ends; null when not leading (checked as isLeader is). */
   readonly signal: AbortSignal | null;
   /** Resolves with the epoch once this candidate leads (at once if it does). */
-  whenElected(opts?: { signal?: AbortSignal }): Promise<bigint>;
+  whenElected(opts?: WhenElectedOptions): Promise<bigint>;
   /** Stops campaigning; a leader releases its lease first ('demoted' with reason 'resigned'). */
   resign(): Promise<void>;
 }
@@ -54,6 +64,8 @@ const RETRY_MS = 250;
 export class LeaderCampaign extends EventEmitter<LeaderEvents> implements LeaderElection {
   private term: { epoch: bigint; lease: LeaseHandle; guard: LockHandle; controller: AbortController } | null = null;
   private readonly stop = new AbortController();
+  /** Why the campaign stopped: resign(), or its locker closing. */
+  private stopReason: 'resigned' | 'closed' = 'resigned';
   private readonly running: Promise<void>;
 
   constructor(
@@ -68,17 +80,39 @@ export class LeaderCampaign extends EventEmitter<LeaderEvents> implements Leader
     return this.target.name;
   }
   get isLeader(): boolean {
-    return this.term !== null;
+    return this.currentTerm() !== null;
   }
   get epoch(): bigint | null {
-    return this.term?.epoch ?? null;
+    return this.currentTerm()?.epoch ?? null;
   }
   get signal(): AbortSignal | null {
-    return this.term?.controller.signal ?? null;
+    return this.currentTerm()?.controller.signal ?? null;
   }
 
-  whenElected(opts: { signal?: AbortSignal } = {}): Promise<bigint> {
-    if (this.term) return Promise.resolve(this.term.epoch);
+  /**
+   * The term, if it still holds now. Reading the lease's signal checks its deadline on the monotonic
+   * clock: after a pause (SIGSTOP, a long GC, a blocked event loop) an application timer may run
+   * before pgfence's deadline timer, and it must not see a term that has already run out.
+   */
+  private currentTerm(): typeof this.term {
+    const term = this.term;
+    if (term && (term.lease.signal.aborted || term.guard.signal.aborted)) {
+      // The abort listeners normally end the term already; this covers a listener not yet attached.
+      const lost = term.lease.signal.aborted ? term.lease.signal : term.guard.signal;
+      this.endTerm((lost.reason as LockLostError).reason ?? 'session-lost', lost.reason);
+    }
+    return this.term;
+  }
+
+  whenElected(opts?: WhenElectedOptions): Promise<bigint> {
+    let signal: AbortSignal | undefined;
+    try {
+      signal = abortSignal(optionsObject<WhenElectedOptions>(opts, 'whenElected options', WHEN_ELECTED_OPTION_KEYS).signal);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    const term = this.currentTerm();
+    if (term) return Promise.resolve(term.epoch);
     return new Promise((resolve, reject) => {
       const onElected = (ev: ElectedEvent) => {
         cleanup();
@@ -86,24 +120,42 @@ export class LeaderCampaign extends EventEmitter<LeaderEvents> implements Leader
       };
       const onStop = () => {
         cleanup();
-        reject(opts.signal?.aborted ? opts.signal.reason : new Error('the election was resigned before this candidate was elected'));
+        reject(signal?.aborted ? signal.reason : this.stoppedError('before this candidate was elected'));
       };
       const cleanup = () => {
         this.off('elected', onElected);
         this.stop.signal.removeEventListener('abort', onStop);
-        opts.signal?.removeEventListener('abort', onStop);
+        signal?.removeEventListener('abort', onStop);
       };
-      if (this.stop.signal.aborted || opts.signal?.aborted) return onStop();
+      if (this.stop.signal.aborted || signal?.aborted) return onStop();
       this.on('elected', onElected);
       this.stop.signal.addEventListener('abort', onStop, { once: true });
-      opts.signal?.addEventListener('abort', onStop, { once: true });
+      signal?.addEventListener('abort', onStop, { once: true });
     });
   }
 
-  async resign(): Promise<void> {
-    this.stop.abort();
-    this.endTerm('resigned');
+  resign(): Promise<void> {
+    return this.stopCampaign('resigned');
+  }
+
+  /** @internal The locker closes: stop as resign() does, and say so. */
+  closeWithLocker(): Promise<void> {
+    return this.stopCampaign('closed');
+  }
+
+  private async stopCampaign(reason: 'resigned' | 'closed'): Promise<void> {
+    if (!this.stop.signal.aborted) {
+      this.stopReason = reason;
+      this.stop.abort();
+    }
+    this.endTerm(reason);
     await this.running;
+  }
+
+  private stoppedError(when: string): PgfenceError {
+    return this.stopReason === 'closed'
+      ? new LockerClosedError(`the locker was closed ${when}`)
+      : new PgfenceError('PGFENCE_RESIGNED', `the election was resigned ${when}`);
   }
 
   private async campaign(): Promise<void> {
@@ -119,7 +171,8 @@ export class LeaderCampaign extends EventEmitter<LeaderEvents> implements Leader
       }
       let guard: LockHandle;
       try {
-        guard = await this.ports.guard(internalKey('leader', String(this.target.key), String(lease.token)));
+        const name = `${this.target.name ?? `key ${this.target.key}`} (leader, epoch ${lease.token})`;
+        guard = await this.ports.guard(internalKey('leader', String(this.target.key), String(lease.token)), name);
       } catch (err) {
         await lease.release();
         if (this.stop.signal.aborted) return;
@@ -153,7 +206,12 @@ export class LeaderCampaign extends EventEmitter<LeaderEvents> implements Leader
     const term = this.term;
     if (!term) return;
     this.term = null;
-    term.controller.abort(cause ?? new Error(`leadership ended: ${reason}`));
+    term.controller.abort(
+      cause ??
+        (reason === 'closed'
+          ? new LockerClosedError('leadership ended: the locker was closed')
+          : new PgfenceError('PGFENCE_RESIGNED', `leadership ended: ${reason}`)),
+    );
     this.emit('demoted', { epoch: term.epoch, reason } satisfies DemotedEvent);
   }
 }

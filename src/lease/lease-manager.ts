@@ -44,7 +44,8 @@ interface AcquireRow {
   owner: string;
   acquired_at: Date;
   expires_at: Date;
-  remaining_ms: number;
+  /** Null when a session lock holds the name: nobody knows for how long. */
+  remaining_ms: number | null;
 }
 
 /**
@@ -155,7 +156,7 @@ export class LeaseManager {
         (err instanceof PgfenceError ? err : new LockUnavailableError(`a lease statement failed: ${(err as Error)?.message}`, { cause: err }))
       );
     }
-    if (!row.granted) return { busy: true, retryInMs: row.remaining_ms + 1 };
+    if (!row.granted) return { busy: true, retryInMs: row.remaining_ms === null ? undefined : row.remaining_ms + 1 };
     const handle = new LeaseHandleImpl(this, request, BigInt(row.token), row.expires_at, sentAt);
     this.holding.add(handle);
     return { granted: handle };
@@ -175,6 +176,8 @@ export class LeaseHandleImpl extends BaseHandle implements LeaseHandle {
   readonly ttlMs: number;
   expiresAt: Date;
   private deadlineCancel: (() => void) | null = null;
+  /** performance.now() past which the holder no longer trusts its lease. */
+  private deadlineAt = Infinity;
   private renewTimer: NodeJS.Timeout | null = null;
   private renewing: Promise<boolean> | null = null;
 
@@ -194,6 +197,24 @@ export class LeaseHandleImpl extends BaseHandle implements LeaseHandle {
     if (request.renew) this.scheduleRenewal(this.ttlMs / 3);
   }
 
+
+  /**
+   * Checks the deadline as it is read: after a pause (SIGSTOP, a long GC, a blocked event loop) the
+   * holder's own code may run before the deadline timer, and must already see the lease lost.
+   */
+  override get signal(): AbortSignal {
+    this.checkDeadline();
+    return super.signal;
+  }
+
+  override get held(): boolean {
+    this.checkDeadline();
+    return super.held;
+  }
+
+  private checkDeadline(): void {
+    if (this.state === 'held' && performance.now() >= this.deadlineAt) this.manager.lose(this, 'lease-expired');
+  }
 
   /** How much earlier than the database's expiry the holder stops trusting its lease. */
   static marginMs(ttlMs: number): number {
@@ -217,7 +238,8 @@ export class LeaseHandleImpl extends BaseHandle implements LeaseHandle {
 
   /** @internal a renewal sent at `sentAt` succeeded. */
   renewed(sentAt: number, expiresAt: Date): void {
-    if (!this.held) return;
+    // The state itself, not `held`: the database has just confirmed the lease, a late answer does not lose it.
+    if (this.state !== 'held') return;
     this.expiresAt = expiresAt;
     this.armDeadline(sentAt);
   }
@@ -235,7 +257,8 @@ export class LeaseHandleImpl extends BaseHandle implements LeaseHandle {
 
   private armDeadline(sentAt: number): void {
     this.deadlineCancel?.();
-    const left = sentAt + this.ttlMs - LeaseHandleImpl.marginMs(this.ttlMs) - performance.now();
+    this.deadlineAt = sentAt + this.ttlMs - LeaseHandleImpl.marginMs(this.ttlMs);
+    const left = this.deadlineAt - performance.now();
     this.deadlineCancel = setLongTimeout(() => this.manager.lose(this, 'lease-expired'), Math.max(0, left), true);
   }
 

@@ -1,6 +1,8 @@
 import pg from 'pg';
+import { resolveConnectionString } from '../session/connection-config.js';
 import { InvalidArgumentError } from '../errors.js';
 import { describeType } from '../keys.js';
+import { optionKeys, optionsObject } from '../options.js';
 import { packageFolders } from './package-folders.js';
 import { runMigrations, type MigrateResult } from './runner.js';
 
@@ -10,6 +12,7 @@ export interface MigrateOptions {
   /** Or a pool of yours: one connection is checked out for the run and given back. */
   pool?: pg.Pool;
 }
+export const MIGRATE_OPTION_KEYS = optionKeys<MigrateOptions>({ connectionString: true, pool: true });
 
 /**
  * Brings pgfence's schema up to date: applies pending migrations/ in order and re-applies changed
@@ -36,7 +39,7 @@ export function validateMigrateOptions(opts: unknown): { connectionString: strin
   if (typeof opts !== 'object' || opts === null || Array.isArray(opts)) {
     throw new InvalidArgumentError('opts', `expected { connectionString } or { pool }, got ${describeType(opts)}`);
   }
-  const { connectionString, pool } = opts as { connectionString?: unknown; pool?: unknown };
+  const { connectionString, pool } = optionsObject<MigrateOptions>(opts, 'opts', MIGRATE_OPTION_KEYS) as { connectionString?: unknown; pool?: unknown };
   if (connectionString !== undefined) {
     if (typeof connectionString !== 'string') {
       throw new InvalidArgumentError('connectionString', `expected a PostgreSQL URL string, got ${describeType(connectionString)}`);
@@ -50,7 +53,8 @@ export function validateMigrateOptions(opts: unknown): { connectionString: strin
   if (connectionString !== undefined && pool !== undefined) {
     throw new InvalidArgumentError('opts', 'pass either connectionString or pool, not both');
   }
-  if (connectionString !== undefined) return { connectionString };
+  // A URL or libpq keyword/value settings, as one URL; a bad one throws here, before any I/O.
+  if (connectionString !== undefined) return { connectionString: resolveConnectionString(connectionString) };
   if (pool !== undefined) return { pool: pool as pg.Pool };
   throw new InvalidArgumentError('opts', 'pass connectionString (a PostgreSQL URL) or pool (a pg.Pool)');
 }

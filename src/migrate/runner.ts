@@ -41,7 +41,7 @@ export async function runMigrations(opts: {
   try {
     client = await opts.pool.connect();
   } catch (err) {
-    throw new LockUnavailableError(`pgfence migrate could not connect to PostgreSQL: ${(err as Error)?.message ?? String(err)}`, { cause: err });
+    throw new LockUnavailableError(`migrate() could not connect to PostgreSQL: ${(err as Error)?.message ?? String(err)}`, { cause: err });
   }
   // A checked-out client has no 'error' listener of the pool's: without ours, a dropped connection would crash the process.
   let connectionFailed = false;

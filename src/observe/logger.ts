@@ -8,3 +8,36 @@ export interface Logger {
 
 const noop = () => {};
 export const silentLogger: Logger = { debug: noop, info: noop, warn: noop, error: noop };
+
+const LEVELS = ['debug', 'info', 'warn', 'error'] as const;
+
+/**
+ * The caller's logger, given log objects in which every bigint (keys and tokens, also inside an
+ * error such as `err.key`) is a decimal string: JSON loggers either throw on a bigint or, like
+ * pino's serialiser, write it as a JSON number, which readers parse as a double and round.
+ */
+export function jsonSafeLogger(logger: Logger): Logger {
+  const out = {} as Logger;
+  for (const level of LEVELS) out[level] = (obj, msg) => logger[level](jsonSafe(obj, 0) as object, msg);
+  return out;
+}
+
+/** A copy of `value` with bigints as strings; errors stay errors (same class, for `err.type`), copied. */
+function jsonSafe(value: unknown, depth: number): unknown {
+  if (typeof value === 'bigint') return value.toString();
+  if (value === null || typeof value !== 'object' || depth > 4) return value;
+  if (value instanceof Error) {
+    const copy = Object.create(Object.getPrototypeOf(value) as object) as Error;
+    for (const [k, d] of Object.entries(Object.getOwnPropertyDescriptors(value))) {
+      if ('value' in d) d.value = jsonSafe(d.value, depth + 1);
+      Object.defineProperty(copy, k, d);
+    }
+    return copy;
+  }
+  if (Array.isArray(value)) return value.map((v) => jsonSafe(v, depth + 1));
+  const proto = Object.getPrototypeOf(value) as unknown;
+  if (proto !== Object.prototype && proto !== null) return value; // dates, buffers, class instances
+  const copy: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(value)) copy[k] = jsonSafe(v, depth + 1);
+  return copy;
+}

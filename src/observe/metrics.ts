@@ -1,4 +1,4 @@
-import type { AcquiredEvent, ContentionEvent, LockEventInfo, LostEvent, ReleasedEvent, TimeoutEvent } from './observer.js';
+import type { AcquiredEvent, BounceEvent, ContentionEvent, LockEventInfo, LostEvent, ReleasedEvent, TimeoutEvent } from './observer.js';
 
 /**
  * The part of @opentelemetry/api's Meter that pgfence uses, written out so that the package's
@@ -22,17 +22,23 @@ export interface MeterInstruments {
   timeout(ev: TimeoutEvent): void;
   lost(ev: LostEvent): void;
   contention(ev: ContentionEvent): void;
+  bounced(ev: BounceEvent): void;
 }
 
-/** Instrument names follow OpenTelemetry conventions: dotted, unit in `unit`, low-cardinality attributes. */
+/**
+ * Instrument names, units and attributes follow OpenTelemetry conventions: dotted names, the unit in
+ * `unit` (UCUM: `ms`; counts as `{annotation}`), low-cardinality attributes only. README's
+ * Observability section lists each one; a test holds the two together.
+ */
 export function createInstruments(meter: Meter, heldNow: () => number): MeterInstruments {
-  const wait = meter.createHistogram('pgfence.lock.wait', { unit: 'ms', description: 'Time from request to grant' });
+  const wait = meter.createHistogram('pgfence.lock.wait', { unit: 'ms', description: 'Time from request to grant or timeout' });
   const hold = meter.createHistogram('pgfence.lock.hold', { unit: 'ms', description: 'Time from grant to release or loss' });
-  const acquired = meter.createCounter('pgfence.lock.acquired', { description: 'Locks granted' });
-  const timeouts = meter.createCounter('pgfence.lock.timeouts', { description: 'Acquires that timed out' });
-  const lost = meter.createCounter('pgfence.lock.lost', { description: 'Held locks that were lost' });
-  const contention = meter.createCounter('pgfence.lock.contention', { description: 'Acquires that found the lock busy' });
-  const held = meter.createObservableGauge('pgfence.lock.held', { description: 'Locks held by this locker now' });
+  const acquired = meter.createCounter('pgfence.lock.acquired', { unit: '{lock}', description: 'Locks granted' });
+  const timeouts = meter.createCounter('pgfence.lock.timeouts', { unit: '{acquire}', description: 'Acquires that timed out' });
+  const lost = meter.createCounter('pgfence.lock.lost', { unit: '{lock}', description: 'Held locks that were lost' });
+  const contention = meter.createCounter('pgfence.lock.contention', { unit: '{acquire}', description: 'Acquires that found the lock busy' });
+  const bounced = meter.createCounter('pgfence.pgboss.bounced', { unit: '{job}', description: 'pg-boss jobs returned to pg-boss because their key was busy' });
+  const held = meter.createObservableGauge('pgfence.lock.held', { unit: '{lock}', description: 'Locks held by this locker now' });
   held.addCallback((result) => result.observe(heldNow()));
   // Lock names are unbounded: attributes carry the kind and mode only.
   const attrs = (ev: LockEventInfo) => ({ 'pgfence.kind': ev.kind, 'pgfence.mode': ev.mode });
@@ -54,6 +60,9 @@ export function createInstruments(meter: Meter, heldNow: () => number): MeterIns
     },
     contention(ev) {
       contention.add(1, attrs(ev));
+    },
+    bounced(ev) {
+      bounced.add(1, attrs(ev));
     },
   };
 }

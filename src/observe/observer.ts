@@ -32,6 +32,22 @@ export interface LostEvent extends LockEventInfo {
   error: LockLostError;
 }
 export type ContentionEvent = LockEventInfo;
+/** A pg-boss job whose key was busy went back to pg-boss (pgfence/pg-boss's KeyBusyError). */
+export interface BounceEvent extends LockEventInfo {
+  queue: string;
+  jobId: string;
+  /** How long the job waited for its key; null when an earlier job of its batch found the key busy. */
+  waitMs: number | null;
+}
+
+/**
+ * How pgfence/pg-boss reports a bounce through the locker it was given (the locker knows its
+ * namespace, logger, meter and listeners). Not part of the public API.
+ */
+export const reportBounce: unique symbol = Symbol.for('pgfence.reportBounce');
+export interface BounceReporter {
+  [reportBounce](name: string, queue: string, jobId: string, waitMs: number | null): void;
+}
 
 /** A locker's events and their payloads (`locker.on('lost', (ev) => ...)` is typed by this). */
 export interface LockerEvents {
@@ -40,6 +56,8 @@ export interface LockerEvents {
   timeout: [event: TimeoutEvent];
   lost: [event: LostEvent];
   contention: [event: ContentionEvent];
+  /** From pgfence/pg-boss: a job went back to pg-boss because its key was busy. */
+  bounce: [event: BounceEvent];
 }
 
 /** Counters since the locker was created, plus what is held and waiting now. */
@@ -125,6 +143,16 @@ export class Observer {
     this.instruments?.contention(ev);
     if (this.logs) this.logger.debug(eventLog(ev, {}), 'pgfence: lock busy, waiting');
     this.emitter.emit('contention', ev);
+  }
+
+  bounced(lock: LockEventInfo, queue: string, jobId: string, waitMs: number | null): void {
+    const ev: BounceEvent = { ...snapshot(lock), queue, jobId, waitMs };
+    this.instruments?.bounced(ev);
+    this.logger.warn(
+      eventLog(ev, { queue, jobId, waitMs: waitMs === null ? null : round(waitMs) }),
+      'pgfence: job returned to pg-boss for a retry: its key is busy',
+    );
+    this.emitter.emit('bounce', ev);
   }
 
   counters(): Omit<LockerStats, 'held' | 'waiting' | 'sessions'> {

@@ -6,6 +6,9 @@
  * 10 and 12 (both tested) and 11 have.
  */
 import { InvalidArgumentError, PgfenceError, type FencedLockHandle, type Locker, type LockHandle, type LockLostError } from '../index.js';
+import { reportBounce, type BounceReporter } from '../observe/observer.js';
+import { runHolding } from '../advisory/nesting.js';
+import { optionKeys, optionsObject } from '../options.js';
 
 /** A job as pg-boss hands it to a worker (with `includeMetadata`, it carries more fields). */
 export interface BossJob<T = object> {
@@ -16,6 +19,9 @@ export interface BossJob<T = object> {
   signal?: AbortSignal;
   /** The job's expiry (pg-boss 10 delivers it as a numeric string). */
   expireInSeconds?: number | string;
+  /** With `includeMetadata`: attempts so far beyond the first, and how many retries the job has. */
+  retryCount?: number;
+  retryLimit?: number;
 }
 
 /** The job the handler receives: the pg-boss job, with the one signal to watch. */
@@ -76,23 +82,41 @@ export interface WorkWithLockOptions<T = object> {
   /** Passed to `boss.work()`. */
   workOptions?: BossWorkOptions;
 }
+export const WORK_WITH_LOCK_OPTION_KEYS = optionKeys<WorkWithLockOptions>({ key: true, waitMs: true, fencing: true, workOptions: true });
 
 /** A job's key stayed busy past waitMs: the job goes back to pg-boss to be retried later. */
 export class KeyBusyError extends PgfenceError {
   readonly lockName: string;
   readonly jobId: string;
   readonly waitMs: number | null;
-  constructor(lockName: string, jobId: string, waitMs: number | null, options?: { cause?: unknown }) {
+  constructor(
+    lockName: string,
+    jobId: string,
+    waitMs: number | null,
+    options?: { cause?: unknown; retryCount?: unknown; retryLimit?: unknown },
+  ) {
     super(
       'PGFENCE_KEY_BUSY',
       `job ${jobId}: lock "${lockName}" is busy (${waitMs === null ? 'an earlier job of the batch with this key found it held' : `waited ${waitMs} ms`}); ` +
-        "returned to pg-boss for a retry (this uses one of the job's retries: give the queue retryLimit and retryDelay for that)",
-      options,
+        afterBounce(options?.retryCount, options?.retryLimit),
+      options?.cause === undefined ? undefined : { cause: options.cause },
     );
     this.lockName = lockName;
     this.jobId = jobId;
     this.waitMs = waitMs;
   }
+}
+
+/** What pg-boss does with a bounced job: the job's retry counts say it when they came with it (includeMetadata). */
+function afterBounce(retryCount: unknown, retryLimit: unknown): string {
+  const advice = 'give the queue a larger retryLimit and a retryDelay, or a longer waitMs';
+  if (typeof retryCount === 'number' && typeof retryLimit === 'number') {
+    if (retryCount >= retryLimit) {
+      return `failed for good: it had no retry left (${retryCount} of ${retryLimit} used); ${advice}`;
+    }
+    return `failed; pg-boss retries it after retryDelay (retry ${retryCount + 1} of ${retryLimit})`;
+  }
+  return `failed; pg-boss retries it after retryDelay if the job has a retry left (each bounce uses one: ${advice}), else it stays failed`;
 }
 
 /**
@@ -146,9 +170,16 @@ export async function workWithLock<T = object>(
   const o = checkArguments(boss, locker, queue, options, handler);
   const { key, waitMs, fencing } = o;
   const stopped = stopSignal(boss);
+  const reporter = (locker as Partial<BounceReporter>)[reportBounce];
+  /** Every bounce is reported through the locker: a warn log line, a 'bounce' event, the pgfence.pgboss.bounced counter. */
+  const bounced = (job: BossJob<T>, error: KeyBusyError): KeyBusyError => {
+    reporter?.call(locker, error.lockName, queue, job.id, error.waitMs);
+    return error;
+  };
 
   async function runJob(job: BossJob<T>, name: string, busy: { bounced: boolean }, batch: BatchClock): Promise<Outcome> {
-    if (busy.bounced) return { ok: false, error: jsonError(new KeyBusyError(name, job.id, null)) };
+    const retries = { retryCount: job.retryCount, retryLimit: job.retryLimit };
+    if (busy.bounced) return { ok: false, error: jsonError(bounced(job, new KeyBusyError(name, job.id, null, retries))) };
     const expiry = job.signal ? null : expiryTimer(job);
     const external = anySignal(job.signal && bossJobSignal(job, job.signal, batch), expiry?.signal, stopped);
     let acquired = false;
@@ -158,7 +189,8 @@ export async function workWithLock<T = object>(
         async (lock) => {
           acquired = true;
           const locked = { ...job, signal: anySignal(external, lock.signal) } as LockedJob<T>;
-          const result = await handler(locked, lock as FencedLockHandle);
+          // Locks the handler takes are nested in the job's: a NestedLockError then names the handler and the fix.
+          const result = await runHolding(locker, lock, () => handler(locked, lock as FencedLockHandle), 'a workWithLock handler');
           if (lock.signal.aborted) throw lock.signal.reason;
           return result;
         },
@@ -169,7 +201,7 @@ export async function workWithLock<T = object>(
     } catch (err) {
       let error = err;
       if (!acquired && (err as PgfenceError | null)?.code === 'PGFENCE_LOCK_TIMEOUT') {
-        error = new KeyBusyError(name, job.id, (err as { timeoutMs: number }).timeoutMs, { cause: err });
+        error = bounced(job, new KeyBusyError(name, job.id, (err as { timeoutMs: number }).timeoutMs, { cause: err, ...retries }));
       }
       if ((error as PgfenceError | null)?.code === 'PGFENCE_KEY_BUSY') busy.bounced = true;
       return { ok: false, error: jsonError(error) };
@@ -251,7 +283,7 @@ function checkArguments<T>(boss: unknown, locker: unknown, queue: unknown, optio
     throw new InvalidArgumentError('queue', `expected a queue name, got ${describe(queue)}`);
   }
   if (options === undefined) throw new InvalidArgumentError('options', 'expected { key: (job) => lock name, ... }, got undefined');
-  const o = plainObject(options, 'options') as Partial<WorkWithLockOptions<T>>;
+  const o = optionsObject<WorkWithLockOptions<T>>(options, 'options', WORK_WITH_LOCK_OPTION_KEYS as OptionKeysOf<T>);
   if (typeof o.key !== 'function') throw new InvalidArgumentError('key', `expected a function (job) => lock name, got ${describe(o.key)}`);
   if (typeof handler !== 'function') throw new InvalidArgumentError('handler', `expected a function (job, lock) => Promise, got ${describe(handler)}`);
   const waitMs = o.waitMs;
@@ -271,6 +303,7 @@ function checkArguments<T>(boss: unknown, locker: unknown, queue: unknown, optio
 }
 
 const MAX_WAIT_MS = 365 * 24 * 3600 * 1000;
+type OptionKeysOf<T> = readonly (keyof WorkWithLockOptions<T> & string)[];
 
 function plainObject(value: unknown, argument: string): object {
   if (value === undefined) return {};

@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { connectionConfig } from './connection-config.js';
 import type { Logger } from '../observe/logger.js';
 
 /** A connection pinned for a long time (a session or the listener) and how to give it back. */
@@ -26,7 +27,8 @@ export class ConnectionSource {
       this.ownsPool = false;
     } else {
       this.pool = new pg.Pool({
-        connectionString: opts.connectionString,
+        // A URL or libpq keyword/value settings; a bad one throws here, before any I/O.
+        ...connectionConfig(opts.connectionString),
         application_name: 'pgfence',
         max: opts.poolSize,
         connectionTimeoutMillis: opts.connectTimeoutMs,

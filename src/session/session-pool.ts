@@ -1,3 +1,4 @@
+import { LockerClosedError } from '../errors.js';
 import type { Logger } from '../observe/logger.js';
 import type { ConnectionSource } from './connection-source.js';
 import { Session } from './session.js';
@@ -56,7 +57,7 @@ export class SessionPool {
   }
 
   private open(): Session {
-    if (this.closed) throw new Error('session pool closed');
+    if (this.closed) throw new LockerClosedError();
     return new Session({
       id: this.nextId++,
       source: this.source,

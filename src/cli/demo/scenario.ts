@@ -262,11 +262,11 @@ export class Scenario {
         return;
       case 'wrote': {
         const token = BigInt(ev.token);
-        const newest = r.holdings.filter((h) => h.grantedAt <= ev.checkedAt).reduce((m, h) => (h.token > m ? h.token : m), 0n);
+        const newest = r.holdings.filter((h) => h.grantedAt <= ev.sentAt).reduce((m, h) => (h.token > m ? h.token : m), 0n);
         const write = {
           worker: worker.name,
           token,
-          sentAt: ev.checkedAt,
+          sentAt: ev.sentAt,
           doneAt: ev.doneAt,
           fenced: ev.fenced,
           control: ev.control,
@@ -384,8 +384,8 @@ export class Scenario {
     this.wakeLines.push({
       at: sentAt,
       text: () =>
-        `checks lease.signal.aborted: ${ev.abortedAtCheck}. Its lease deadline timer has not fired yet (it was frozen too), ` +
-        `so as far as it can tell it still holds the lease. It writes counter = ${ev.fenced.wanted} to both tables.`,
+        `finishes the work it was frozen in. It had checked lease.signal.aborted just before that work: ${ev.abortedAtCheck}. ` +
+        `The freeze came after the check, so nothing told it the lease was gone. It writes counter = ${ev.fenced.wanted} to both tables.`,
       tone: 'plain',
     });
     const f = ev.fenced;

@@ -1,4 +1,4 @@
-import type { Style } from './output.js';
+import { WIDTH, wrap, type Style } from './output.js';
 import type { DemoRecord } from './record.js';
 
 export interface TableSummary {
@@ -83,6 +83,18 @@ export function renderSummary(s: Summary, style: Style): string {
     style.bold('Summary'),
     `  lease grants      ${s.grants} (${tokens}) among ${s.workers} workers, lease ttl ${(s.ttlMs / 1000).toFixed(1)} s`,
   ];
+  if (s.firstToken !== null && s.lastToken !== null && Number(s.lastToken - s.firstToken) + 1 > s.grants) {
+    // Readers count the grants, find fewer than the tokens, and wonder where the others went.
+    lines.push(
+      wrap(
+        `(${Number(s.lastToken - s.firstToken) + 1} numbers for ${s.grants} grants: a worker that raced for a free lease and lost ` +
+          `drew a token too. Tokens only ever increase; only their order matters.)`,
+        WIDTH,
+        ' '.repeat(20),
+        20,
+      ),
+    );
+  }
   if (s.frozen) {
     lines.push(
       `  frozen holder     ${s.frozen.worker} with token ${s.frozen.token}, for ${(s.frozen.ms / 1000).toFixed(1)} s ` +
@@ -105,8 +117,20 @@ export function renderSummary(s: Summary, style: Style): string {
     row('final counter in PostgreSQL', String(s.fenced.final), String(s.control.final)),
     // Pad before colouring: escape sequences have no width.
     `  ${'lost updates'.padEnd(label)}${lost(s.fenced.lost, String(s.fenced.lost).padStart(col))}${lost(s.control.lost, String(s.control.lost).padStart(col))}`,
-    '',
   );
+  const more = s.control.acknowledged - s.fenced.acknowledged;
+  if (more > 0 && more === s.control.staleApplied - s.fenced.staleApplied) {
+    // Otherwise "12 vs 13 acknowledged" reads as if the fenced table had dropped one.
+    const note = wrap(
+      `  (The control table acknowledged ${more} increment${more === 1 ? '' : 's'} more: the stale write${more === 1 ? '' : 's'}, ` +
+        `which the fenced table refused.)`,
+      WIDTH,
+      '',
+      3,
+    );
+    lines.push(...note.split('\n').map((l) => style.dim(l)));
+  }
+  lines.push('');
   const [fenced, control] = headline(s);
   lines.push(`  ${(s.fenced.lost === 0 ? style.green : style.red)(style.bold(fenced))}`);
   lines.push(`  ${(s.control.lost === 0 ? style.green : style.red)(style.bold(control))}`);

@@ -17,7 +17,7 @@ export function timelineSvg(r: DemoRecord, s: Summary): string {
   const plotW = width - left - right;
   const lanesBottom = top + r.workers.length * laneH;
   const legendTop = lanesBottom + 52;
-  const height = legendTop + 78;
+  const height = legendTop + (tokensSkipped(s) ? 94 : 78);
 
   const times = [
     ...r.holdings.flatMap((h) => [h.grantedAt, h.releasedAt ?? h.grantedAt]),
@@ -30,6 +30,7 @@ export function timelineSvg(r: DemoRecord, s: Summary): string {
   const laneY = (worker: string) => top + r.workers.indexOf(worker) * laneH;
   const barY = (worker: string) => laneY(worker) + (laneH - barH) / 2;
   const secs = (t: number) => ((t - r.t0) / 1000).toFixed(2);
+  const expiryX = r.pause?.dbExpiresAt !== undefined ? x(r.pause.dbExpiresAt) : null;
   const out: string[] = [];
   const push = (s: string) => out.push(s);
 
@@ -60,6 +61,11 @@ export function timelineSvg(r: DemoRecord, s: Summary): string {
     if (r.pause?.worker === worker) {
       push(`<text x="20" y="${y + laneH / 2 + 20}" font-size="10" fill="#666">${r.pause.how === 'stop' ? 'SIGSTOPped' : 'blocked'}</text>`);
     }
+    if (!r.holdings.some((h) => h.worker === worker)) {
+      // A worker that asked for the lease all along but always found it taken: say so, or the lane looks broken.
+      const text = `${worker} never got the lease: another worker always held it`;
+      push(`<text x="${fmt(clear(left + 8, textWidth(text), expiryX))}" y="${y + laneH / 2 + 4}" fill="#666" font-style="italic">${esc(text)}</text>`);
+    }
     push(`</g>`);
   });
 
@@ -79,11 +85,19 @@ export function timelineSvg(r: DemoRecord, s: Summary): string {
   push(`</g>`);
 
   // The moment the frozen holder's lease ran out in the database.
-  if (r.pause?.dbExpiresAt !== undefined) {
-    const ex = x(r.pause.dbExpiresAt);
+  // It stops at the frozen holder's lane: there the expired stretch of its bar starts at that moment,
+  // and the lane's labels (frozen, SIGCONT, the stale writes) stay clear of it.
+  if (r.pause?.dbExpiresAt !== undefined && expiryX !== null) {
+    const ex = expiryX;
+    const skipTop = laneY(r.pause.worker);
+    const skipBottom = skipTop + laneH;
     push(`<g class="expiry">`);
-    push(`<line x1="${fmt(ex)}" y1="${top - 6}" x2="${fmt(ex)}" y2="${lanesBottom}" stroke="#c0392b" stroke-dasharray="4 3"/>`);
-    push(`<text x="${fmt(ex + 4)}" y="${top - 8}" fill="#c0392b" font-size="11">${esc(`${r.pause.worker}'s lease (token ${r.pause.token}) expires in the database, +${secs(r.pause.dbExpiresAt)}s`)}</text>`);
+    for (const [y1, y2] of [[top - 6, skipTop], [skipBottom, lanesBottom]] as const) {
+      if (y2 > y1) push(`<line class="expiry-line" x1="${fmt(ex)}" y1="${y1}" x2="${fmt(ex)}" y2="${y2}" stroke="#c0392b" stroke-dasharray="4 3"/>`);
+    }
+    const label = `${r.pause.worker}'s lease (token ${r.pause.token}) expires in the database, +${secs(r.pause.dbExpiresAt)}s`;
+    const atEnd = ex + 4 + textWidth(label, 11) > width - 10;
+    push(`<text x="${fmt(atEnd ? ex - 4 : ex + 4)}" y="${top - 8}"${atEnd ? ' text-anchor="end"' : ''} fill="#c0392b" font-size="11">${esc(label)}</text>`);
     push(`</g>`);
   }
 
@@ -99,9 +113,17 @@ export function timelineSvg(r: DemoRecord, s: Summary): string {
     const frozenMs = (p.resumedAt ?? tEnd) - p.pausedAt;
     push(`<g class="frozen">`);
     push(`<rect x="${fmt(x0)}" y="${y}" width="${fmt(Math.max(1, x1 - x0))}" height="${barH}" fill="url(#frozen)" stroke="#555"/>`);
-    push(
-      `<text x="${fmt((x0 + x1) / 2)}" y="${y + barH / 2 + 4}" text-anchor="middle" font-weight="bold" fill="#222" stroke="#fff" stroke-width="3" paint-order="stroke">${esc(`frozen ${(frozenMs / 1000).toFixed(1)} s${p.how === 'stop' ? ' (SIGSTOP)' : ''}`)}</text>`,
-    );
+    const halo = 'fill="#222" stroke="#fff" stroke-width="3" paint-order="stroke"';
+    const ty = y + barH / 2 + 4;
+    // The moments it was frozen and woken (SIGSTOP, SIGCONT) at the stretch's ends, its length in between.
+    const [from, to] = p.how === 'stop' ? ['SIGSTOP', 'SIGCONT'] : ['blocked', 'unblocked'];
+    const middle = `frozen ${(frozenMs / 1000).toFixed(1)} s`;
+    const ends = p.resumedAt !== undefined && x1 - x0 >= textWidth(`${from} ${middle} ${to}`, 12, true) + 40;
+    if (ends) {
+      push(`<text x="${fmt(x0 + 6)}" y="${ty}" font-weight="bold" ${halo}>${from}</text>`);
+      push(`<text x="${fmt(x1 - 6)}" y="${ty}" text-anchor="end" font-weight="bold" ${halo}>${to}</text>`);
+    }
+    push(`<text x="${fmt((x0 + x1) / 2)}" y="${ty}" text-anchor="middle" font-weight="bold" ${halo}>${esc(ends || p.how !== 'stop' ? middle : `${middle} (SIGSTOP)`)}</text>`);
     push(`<title>${esc(`${p.worker} frozen from +${secs(p.pausedAt)}s to +${p.resumedAt ? secs(p.resumedAt) : '?'}s, right after it read counter = ${p.readValue}`)}</title>`);
     push(`</g>`);
   }
@@ -116,8 +138,7 @@ export function timelineSvg(r: DemoRecord, s: Summary): string {
     const fy = y - 9;
     push(`<g class="marker refused">`);
     if (!w.fenced.applied) {
-      push(`<circle cx="${fmt(wx)}" cy="${fy}" r="8" fill="#2a7d2a"/>`);
-      push(`<path d="M${fmt(wx - 4)} ${fy - 4} L${fmt(wx + 4)} ${fy + 4} M${fmt(wx + 4)} ${fy - 4} L${fmt(wx - 4)} ${fy + 4}" stroke="#fff" stroke-width="2"/>`);
+      push(refusedSymbol(wx, fy, 8));
       push(
         `<text x="${fmt(tx)}" y="${fy + 4}" text-anchor="${anchor}" fill="#2a7d2a" font-weight="bold">${esc(`fenced write refused: token ${w.token} is stale${w.fenced.currentToken ? ` (row has ${w.fenced.currentToken})` : ''}`)}</text>`,
       );
@@ -129,8 +150,7 @@ export function timelineSvg(r: DemoRecord, s: Summary): string {
     const cy = y + barH + 10;
     push(`<g class="marker overwrite">`);
     if (w.control.applied) {
-      push(`<path d="M${fmt(wx)} ${cy - 9} L${fmt(wx + 9)} ${cy + 7} L${fmt(wx - 9)} ${cy + 7} Z" fill="#e67e22"/>`);
-      push(`<text x="${fmt(wx)}" y="${cy + 5}" text-anchor="middle" fill="#fff" font-weight="bold" font-size="11">!</text>`);
+      push(overwriteSymbol(wx, cy, 9));
       const what = w.control.overwrote !== undefined ? `${w.control.overwrote} -> ${w.control.wanted}` : `-> ${w.control.wanted}`;
       push(`<text x="${fmt(tx)}" y="${cy + 5}" text-anchor="${anchor}" fill="#c0392b" font-weight="bold">${esc(`control write silently overwrote ${what}`)}</text>`);
     }
@@ -144,9 +164,12 @@ export function timelineSvg(r: DemoRecord, s: Summary): string {
   push(`<rect x="20" y="${ly + 22}" width="34" height="14" rx="3" fill="#3b6ea8"/><line x1="37" y1="${ly + 25}" x2="37" y2="${ly + 33}" stroke="#fff" stroke-width="2"/><text x="60" y="${ly + 33}">tick: one increment written</text>`);
   push(`<rect x="290" y="${ly}" width="34" height="14" fill="url(#frozen)" stroke="#555"/><text x="330" y="${ly + 11}">process frozen</text>`);
   push(`<rect x="290" y="${ly + 22}" width="34" height="14" rx="3" fill="#fdecea" stroke="#c0392b" stroke-dasharray="4 3"/><text x="330" y="${ly + 33}">lease expired, holder does not know</text>`);
-  push(`<circle cx="567" cy="${ly + 7}" r="7" fill="#2a7d2a"/><text x="582" y="${ly + 11}">stale write refused by the fenced table</text>`);
-  push(`<path d="M567 ${ly + 21} L575 ${ly + 36} L559 ${ly + 36} Z" fill="#e67e22"/><text x="582" y="${ly + 33}">stale write silently applied (control table)</text>`);
-  push(`<text x="20" y="${ly + 60}" fill="#666">${esc(`Generated by pgfence demo from what actually happened: ${s.grants} lease grants, ${r.writes.length} write pairs.`)}</text>`);
+  push(`${refusedSymbol(567, ly + 7, 8)}<text x="582" y="${ly + 11}">stale write refused by the fenced table</text>`);
+  push(`${overwriteSymbol(567, ly + 29, 9)}<text x="582" y="${ly + 33}">stale write silently applied (control table)</text>`);
+  push(`<text x="20" y="${ly + 60}" fill="#666">${esc(`Generated by pgfence demo from what happened: ${s.grants} lease grants, ${r.writes.length} write pairs.`)}</text>`);
+  if (tokensSkipped(s)) {
+    push(`<text x="20" y="${ly + 76}" fill="#666">${esc(`Tokens ${s.firstToken} to ${s.lastToken} for ${s.grants} grants: a worker that raced for a free lease and lost drew a number too. Only their order matters.`)}</text>`);
+  }
   push(`</g>`);
   push(`</svg>`);
   return `${out.join('\n')}\n`;
@@ -164,17 +187,59 @@ export function timelineSvg(r: DemoRecord, s: Summary): string {
       const z0 = x(validEnd);
       parts.push(`<rect x="${fmt(z0)}" y="${y}" width="${fmt(Math.max(1, x(end) - z0))}" height="${barH}" rx="3" fill="#fdecea" stroke="#c0392b" stroke-dasharray="4 3"/>`);
     }
-    parts.push(`<rect x="${fmt(x0)}" y="${y}" width="${fmt(Math.max(2, x1 - x0))}" height="${barH}" rx="3" fill="#3b6ea8"/>`);
+    parts.push(`<rect class="bar" x="${fmt(x0)}" y="${y}" width="${fmt(Math.max(2, x1 - x0))}" height="${barH}" rx="3" fill="#3b6ea8"/>`);
     for (const w of h.writes) {
-      if (w.stale || w.sentAt > validEnd) continue;
-      const wx = x(w.sentAt);
-      parts.push(`<line x1="${fmt(wx)}" y1="${y + 4}" x2="${fmt(wx)}" y2="${y + barH - 4}" stroke="#fff" stroke-width="2" stroke-opacity="0.8"/>`);
+      if (w.stale || w.sentAt > validEnd || x1 - x0 < 8) continue;
+      // The last increment is sent as the lease is released: on the bar's edge its tick would not show.
+      const wx = Math.min(Math.max(x(w.sentAt), x0 + 4), x1 - 4);
+      parts.push(`<line class="tick" x1="${fmt(wx)}" y1="${y + 4}" x2="${fmt(wx)}" y2="${y + barH - 4}" stroke="#fff" stroke-width="2" stroke-opacity="0.8"/>`);
     }
     // The label sits above the bar: inside, the increments' ticks (and a frozen stretch) would cross it.
-    parts.push(`<text x="${fmt(x0)}" y="${y - 5}" fill="#3b6ea8" font-weight="bold">${esc(`token ${h.token}`)}</text>`);
+    // A grant at the moment the frozen holder's lease expired starts on the expiry line: the label moves off it.
+    const label = `token ${h.token}`;
+    parts.push(`<text x="${fmt(clear(x0, textWidth(label, 12, true), expiryX))}" y="${y - 5}" fill="#3b6ea8" font-weight="bold">${esc(label)}</text>`);
     parts.push(`</g>`);
     return parts.join('');
   }
+}
+
+/** Whether the grants' tokens skip numbers (contenders that lost a race for the lease drew some). */
+export function tokensSkipped(s: Summary): boolean {
+  return s.firstToken !== null && s.lastToken !== null && Number(s.lastToken - s.firstToken) + 1 > s.grants;
+}
+
+/** The refused-write marker (a ✗ on green), the same in the chart and in the legend. */
+function refusedSymbol(cx: number, cy: number, r: number): string {
+  const a = r / 2;
+  return (
+    `<g class="symbol refused"><circle cx="${fmt(cx)}" cy="${fmt(cy)}" r="${r}" fill="#2a7d2a"/>` +
+    `<path d="M${fmt(cx - a)} ${fmt(cy - a)} L${fmt(cx + a)} ${fmt(cy + a)} M${fmt(cx + a)} ${fmt(cy - a)} L${fmt(cx - a)} ${fmt(cy + a)}" stroke="#fff" stroke-width="2"/></g>`
+  );
+}
+
+/** The silently-applied marker (a ! on an orange triangle), the same in the chart and in the legend. */
+function overwriteSymbol(cx: number, cy: number, r: number): string {
+  return (
+    `<g class="symbol overwrite"><path d="M${fmt(cx)} ${fmt(cy - r)} L${fmt(cx + r)} ${fmt(cy + 7)} L${fmt(cx - r)} ${fmt(cy + 7)} Z" fill="#e67e22"/>` +
+    `<text x="${fmt(cx)}" y="${fmt(cy + 5)}" text-anchor="middle" fill="#fff" font-weight="bold" font-size="11">!</text></g>`
+  );
+}
+
+/**
+ * A generous estimate of a text's width (no font metrics here): wide enough for DejaVu Sans, the
+ * usual fallback for Helvetica and Arial, so labels placed with it stay clear of lines and each other.
+ */
+function textWidth(text: string, fontSize = 12, bold = false): number {
+  return text.length * fontSize * (bold ? 0.64 : 0.6);
+}
+
+/**
+ * Where a label starting at `x` goes so that it stays clear of a vertical line at `lineX` (4px each
+ * side): past the line, or before it when past it would leave the picture (`maxRight`).
+ */
+function clear(x: number, width: number, lineX: number | null, maxRight = 950): number {
+  if (lineX === null || lineX < x - 4 || lineX > x + width + 4) return x;
+  return lineX + 5 + width <= maxRight ? lineX + 5 : Math.max(0, lineX - 5 - width);
 }
 
 function headlineParts(s: Summary): [string, string] {

@@ -3,7 +3,8 @@
  * lease and, while holding it, adds 1 to a shared counter again and again: read, work, write. Every
  * increment is written twice: with fencedUpdate() to the fenced table (the database checks the
  * token inside the UPDATE) and with a plain UPDATE to the control table. Like careful code does, it
- * checks lease.signal.aborted before each write.
+ * checks lease.signal.aborted before working out each new value (reading the signal checks the
+ * lease's deadline there and then); a pause after that check is what only fencing can catch.
  *
  * Started by the demo as `node worker.js <config JSON>`; events go to stdout as JSON lines.
  */
@@ -98,22 +99,22 @@ async function hold(lease: LeaseHandle): Promise<void> {
       return;
     }
     const read = await readCounters();
-    // The "work" that produces the new value. Its timer is armed before anyone hears of the read, so a
-    // freeze that follows the report always lands inside the work (and the timer is already due when
-    // the worker wakes up).
-    const work = sleep(config.workMs);
-    emit({ type: 'read', at: Date.now(), token, ...read });
-    await work;
-    // The check careful code makes. It cannot see a pause that happens right after it, and a frozen
-    // process cannot see anything at all: its timers (the lease deadline among them) are frozen too.
+    // The check careful code makes before it commits to a write. It cannot see a pause that happens
+    // after it: here, inside the work that produces the new value.
     const checkedAt = Date.now();
     const abortedAtCheck = lease.signal.aborted;
     if (abortedAtCheck) {
       emit({ type: 'noticed-loss', at: checkedAt, token, before: 'write' });
       return;
     }
+    // The "work". Its timer is armed before anyone hears of the read, so a freeze that follows the
+    // report always lands inside the work, after the check (and the timer is already due at wake-up).
+    const work = sleep(config.workMs);
+    emit({ type: 'read', at: Date.now(), token, ...read });
+    await work;
+    const sentAt = Date.now();
     const [fenced, control] = await Promise.all([writeFenced(lease, read.fenced + 1), writeControl(lease, read.control + 1)]);
-    emit({ type: 'wrote', at: checkedAt, token, checkedAt, abortedAtCheck, doneAt: Date.now(), fenced, control });
+    emit({ type: 'wrote', at: sentAt, token, checkedAt, abortedAtCheck, sentAt, doneAt: Date.now(), fenced, control });
   }
 }
 

@@ -1,0 +1,167 @@
+/**
+ * Where a connection goes, read as libpq (and psql) read it: a URL (postgres:// or postgresql://), a
+ * keyword/value string ("host=db port=5432 dbname=app user=me"), or nothing but the PG* environment.
+ * The result is one URL that node-postgres parses; what the string leaves out (user, password,
+ * database, host, port, sslmode) node-postgres takes from PGUSER, PGPASSWORD, PGDATABASE, PGHOST,
+ * PGPORT and PGSSLMODE itself, as libpq does. Mistakes are InvalidArgumentErrors, before any I/O.
+ */
+
+import type pg from 'pg';
+import { InvalidArgumentError } from '../errors.js';
+
+type Env = Record<string, string | undefined>;
+
+/** The PG* variables that say where the database is (PGSSLMODE, PGAPPNAME only say how). */
+export const LIBPQ_ENV = ['PGHOST', 'PGPORT', 'PGUSER', 'PGDATABASE', 'PGPASSWORD'] as const;
+
+/** Keywords node-postgres honours; the other libpq keywords are refused rather than ignored. */
+const KEYWORDS = new Set([
+  'host', 'hostaddr', 'port', 'dbname', 'user', 'password',
+  'sslmode', 'sslcert', 'sslkey', 'sslrootcert', 'application_name', 'fallback_application_name', 'options', 'client_encoding',
+]);
+const LIBPQ_ONLY = new Set([
+  'passfile', 'channel_binding', 'connect_timeout', 'keepalives', 'keepalives_idle', 'keepalives_interval',
+  'keepalives_count', 'tcp_user_timeout', 'replication', 'gssencmode', 'requiressl', 'sslcompression', 'sslpassword',
+  'sslcertmode', 'sslcrl', 'sslcrldir', 'sslsni', 'requirepeer', 'ssl_min_protocol_version', 'ssl_max_protocol_version',
+  'krbsrvname', 'gsslib', 'gssdelegation', 'service', 'target_session_attrs', 'load_balance_hosts', 'sslnegotiation', 'require_auth',
+]);
+
+export function isUrl(text: string): boolean {
+  return /^postgres(ql)?:\/\//i.test(text.trim());
+}
+
+/** Whether the environment names a database the way psql would find it (PGHOST, PGDATABASE, ...). */
+export function hasLibpqEnv(env: Env = process.env): boolean {
+  return LIBPQ_ENV.some((name) => (env[name] ?? '').trim() !== '');
+}
+
+/**
+ * The connection string as a URL: a URL is checked and returned as given; keyword/value settings
+ * are turned into the same URL; without a string, the URL is built from PGHOST, PGPORT, PGUSER,
+ * PGPASSWORD and PGDATABASE. A socket path ("/var/run/postgresql ...", node-postgres' own form) is
+ * left as it is.
+ */
+export function resolveConnectionString(input: string | undefined, env: Env = process.env): string {
+  if (input === undefined) return urlFrom(fromEnv(env));
+  const text = input.trim();
+  if (text === '') throw new InvalidArgumentError('connectionString', 'must not be empty');
+  if (text.startsWith('/')) return input;
+  if (isUrl(text)) {
+    try {
+      new URL(text);
+    } catch {
+      throw new InvalidArgumentError('connectionString', `not a valid URL: "${redact(text)}"`);
+    }
+    return text;
+  }
+  return urlFrom(parseKeywordValue(text));
+}
+
+/** The same, as a node-postgres ClientConfig (for a pg.Pool or pg.Client). */
+export function connectionConfig(input: string | undefined, env: Env = process.env): pg.ClientConfig {
+  return { connectionString: resolveConnectionString(input, env) };
+}
+
+function fromEnv(env: Env): Map<string, string> {
+  const settings = new Map<string, string>();
+  const take = (variable: string, keyword: string) => {
+    const v = env[variable];
+    if (v !== undefined && v !== '') settings.set(keyword, v);
+  };
+  take('PGHOST', 'host');
+  take('PGPORT', 'port');
+  take('PGUSER', 'user');
+  take('PGPASSWORD', 'password');
+  take('PGDATABASE', 'dbname');
+  return settings;
+}
+
+/**
+ * libpq's keyword/value syntax: `keyword = value` pairs separated by whitespace; a value is either
+ * bare (a backslash escapes the next character) or single-quoted (`\'` and `\\` inside).
+ */
+export function parseKeywordValue(text: string): Map<string, string> {
+  const settings = new Map<string, string>();
+  let i = 0;
+  const space = () => {
+    while (i < text.length && /\s/.test(text[i]!)) i++;
+  };
+  for (space(); i < text.length; space()) {
+    let keyword = '';
+    while (i < text.length && text[i] !== '=' && !/\s/.test(text[i]!)) keyword += text[i++];
+    space();
+    if (text[i] !== '=') {
+      throw new InvalidArgumentError('connectionString', `expected a URL or keyword=value settings: missing "=" after "${keyword}"`);
+    }
+    i++;
+    space();
+    let value = '';
+    if (text[i] === "'") {
+      i++;
+      for (;;) {
+        if (i >= text.length) throw new InvalidArgumentError('connectionString', `unterminated quoted value of "${keyword}"`);
+        const c = text[i++]!;
+        if (c === "'") break;
+        if (c === '\\' && i < text.length) value += text[i++];
+        else value += c;
+      }
+    } else {
+      while (i < text.length && !/\s/.test(text[i]!)) {
+        const c = text[i++]!;
+        if (c === '\\' && i < text.length) value += text[i++];
+        else value += c;
+      }
+    }
+    const key = keyword.toLowerCase();
+    if (LIBPQ_ONLY.has(key)) {
+      throw new InvalidArgumentError('connectionString', `"${keyword}" is a libpq setting that node-postgres does not support`);
+    }
+    if (!KEYWORDS.has(key)) throw new InvalidArgumentError('connectionString', `unknown connection setting "${keyword}"`);
+    settings.set(key, value);
+  }
+  if (settings.size === 0) throw new InvalidArgumentError('connectionString', 'no settings in the connection string');
+  return settings;
+}
+
+function urlFrom(settings: Map<string, string>): string {
+  const s = new Map(settings);
+  const take = (k: string) => {
+    const v = s.get(k);
+    s.delete(k);
+    return v;
+  };
+  const hostaddr = take('hostaddr');
+  let host = take('host') ?? hostaddr ?? '';
+  const port = take('port');
+  if (port !== undefined && !/^\d{1,5}$/.test(port)) throw new InvalidArgumentError('connectionString', `invalid port "${port}"`);
+  const user = take('user');
+  const password = take('password');
+  const dbname = take('dbname');
+  // A socket directory goes in the query (node-postgres reads ?host=); the URL keeps a placeholder host.
+  if (host.startsWith('/')) {
+    s.set('host', host);
+    host = 'localhost';
+  } else if (host.includes(':') && !host.startsWith('[')) {
+    host = `[${host}]`; // IPv6
+  }
+  let auth = '';
+  if (host === '') {
+    // A URL with a user but no host is not a URL: then the user (and password) go in the query.
+    if (user !== undefined) s.set('user', user);
+    if (password !== undefined) s.set('password', password);
+  } else if (user !== undefined || password !== undefined) {
+    auth = `${encodeURIComponent(user ?? '')}${password !== undefined ? `:${encodeURIComponent(password)}` : ''}@`;
+  }
+  const query = [...s].map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(v)}`).join('&');
+  const url = `postgresql://${auth}${host}${port !== undefined ? `:${port}` : ''}/${dbname !== undefined ? encodeURIComponent(dbname) : ''}${query ? `?${query}` : ''}`;
+  try {
+    new URL(url);
+  } catch {
+    throw new InvalidArgumentError('connectionString', `invalid host "${host}"`);
+  }
+  return url;
+}
+
+function redact(text: string): string {
+  return text.replace(/(:\/\/[^:/@]*:)[^@]*@/, '$1***@');
+}

@@ -1,0 +1,79 @@
+// Connection strings as libpq reads them: URLs, keyword/value settings, the PG* environment.
+import { beforeAll, describe, expect, it } from 'vitest';
+import { createLocker, InvalidArgumentError, migrate } from '../src/index.js';
+import { parseKeywordValue, resolveConnectionString } from '../src/session/connection-config.js';
+import { track, useMigratedDatabase } from './support/db.js';
+
+let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
+
+beforeAll(async () => {
+  db = await useMigratedDatabase('conncfg');
+});
+
+/** The test database as keyword/value settings, the password quoted with libpq's escapes. */
+function settingsFor(url: string, extra = ''): string {
+  const u = new URL(url);
+  const quote = (v: string) => `'${v.replace(/\\/g, '\\\\').replace(/'/g, "\\'")}'`;
+  return [
+    `host=${u.hostname}`,
+    `port=${u.port || '5432'}`,
+    `user=${quote(decodeURIComponent(u.username))}`,
+    u.password ? `password=${quote(decodeURIComponent(u.password))}` : '',
+    `dbname=${quote(u.pathname.slice(1))}`,
+    extra,
+  ].join(' ');
+}
+
+describe('keyword/value settings', () => {
+  it("reads libpq's syntax: spaces around =, quoted values with \\' and \\\\, bare values with \\ escapes", () => {
+    const s = parseKeywordValue(`host = db.example  port=6543 user='o\\'brien' password='a b\\\\c' dbname=my\\ db application_name=''`);
+    expect(Object.fromEntries(s)).toEqual({ host: 'db.example', port: '6543', user: "o'brien", password: 'a b\\c', dbname: 'my db', application_name: '' });
+  });
+
+  it('turns into one URL that node-postgres reads the same way', () => {
+    const url = resolveConnectionString(`host=db.example port=6543 user='o\\'brien' password='p@ss:/w' dbname='my db' sslmode=disable`, {});
+    const u = new URL(url);
+    expect(u.hostname).toBe('db.example');
+    expect(u.port).toBe('6543');
+    expect(decodeURIComponent(u.username)).toBe("o'brien");
+    expect(decodeURIComponent(u.password)).toBe('p@ss:/w');
+    expect(decodeURIComponent(u.pathname)).toBe('/my db');
+    expect(u.searchParams.get('sslmode')).toBe('disable');
+    // A socket directory goes in ?host=, IPv6 in brackets, a user without a host in the query.
+    expect(new URL(resolveConnectionString('host=/var/run/postgresql dbname=app', {})).searchParams.get('host')).toBe('/var/run/postgresql');
+    expect(new URL(resolveConnectionString('host=::1 dbname=app', {})).hostname).toBe('[::1]');
+    expect(new URL(resolveConnectionString('user=me dbname=app', {})).searchParams.get('user')).toBe('me');
+  });
+
+  it('refuses mistakes before any I/O, naming them', () => {
+    const bad: [string, RegExp][] = [
+      ['host=db prot=5432', /unknown connection setting "prot"/],
+      ["host='db", /unterminated quoted value of "host"/],
+      ['host db', /missing "=" after "host"/],
+      ['host=db port=54x2', /invalid port "54x2"/],
+      ['host=db service=x', /"service" is a libpq setting that node-postgres does not support/],
+      ['postgres://[bad', /not a valid URL/],
+    ];
+    for (const [text, message] of bad) {
+      expect(() => resolveConnectionString(text, {}), text).toThrow(InvalidArgumentError);
+      expect(() => resolveConnectionString(text, {}), text).toThrow(message);
+      expect(() => createLocker({ connectionString: text }), text).toThrow(message);
+    }
+  });
+
+  it('without a string, the URL comes from PGHOST, PGPORT, PGUSER, PGPASSWORD and PGDATABASE', () => {
+    const url = resolveConnectionString(undefined, { PGHOST: 'h', PGPORT: '7', PGUSER: 'u', PGPASSWORD: 'p w', PGDATABASE: 'd' });
+    expect(url).toBe('postgresql://u:p%20w@h:7/d');
+  });
+
+  it('createLocker and migrate() connect with keyword/value settings', async () => {
+    const settings = settingsFor(db.url, "application_name='pgfence kv'");
+    await expect(migrate({ connectionString: settings })).resolves.toEqual({ applied: [] });
+    const locker = track(createLocker({ connectionString: settings }));
+    const lock = await locker.acquire('kv:lock', { fencing: true });
+    expect(typeof lock.token).toBe('bigint');
+    const held = (await locker.inspect()).locks.find((l) => l.name === 'kv:lock' || l.key === lock.key)!;
+    expect(held.applicationName).toBe('pgfence kv');
+    await lock.release();
+  });
+});

@@ -1,0 +1,130 @@
+import { createServer, type Socket } from 'node:net';
+import { beforeAll, describe, expect, it } from 'vitest';
+import {
+  createLocker,
+  LockerClosedError,
+  LockUnavailableError,
+  NestedLockError,
+  PgfenceError,
+  type Locker,
+} from '../src/index.js';
+import { eventually, track, useMigratedDatabase } from './support/db.js';
+
+/** Errors that say what happened: a closed locker is not an outage; a refusal names the case and the fix. */
+
+let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
+const open = () => track(createLocker({ connectionString: db.url }));
+
+beforeAll(async () => {
+  db = await useMigratedDatabase('errors');
+});
+
+/** The rejection of `p`, or null if it resolved. */
+const rejection = (p: Promise<unknown>): Promise<unknown> =>
+  p.then(
+    () => null,
+    (e: unknown) => e,
+  );
+
+function expectClosed(err: unknown): void {
+  expect((err as PgfenceError).code).toBe('PGFENCE_CLOSED');
+  expect(err).toBeInstanceOf(LockerClosedError);
+  expect(err).toBeInstanceOf(PgfenceError);
+  // Not an outage: code that maps LockUnavailableError to "the database is down" must not see it.
+  expect(err).not.toBeInstanceOf(LockUnavailableError);
+}
+
+describe('a closed locker', () => {
+  it('refuses every kind with PGFENCE_CLOSED, not LockUnavailableError', async () => {
+    const locker = open();
+    await locker.close();
+    expectClosed(await rejection(locker.acquire('closed:lock')));
+    expectClosed(await rejection(locker.tryAcquire('closed:lock')));
+    expectClosed(await rejection(locker.acquireAll(['closed:a', 'closed:b'])));
+    expectClosed(await rejection(locker.lease('closed:lease')));
+    expectClosed(await rejection(locker.tryLease('closed:lease')));
+    expectClosed(await rejection(locker.semaphore('closed:sem', { permits: 1 }).acquire()));
+    expectClosed(await rejection(locker.semaphore('closed:sem', { permits: 1 }).tryAcquire()));
+    let thrown: unknown = null;
+    try {
+      locker.leader('closed:leader');
+    } catch (err) {
+      thrown = err;
+    }
+    expectClosed(thrown);
+  });
+
+  it('fails the waiters of every kind with PGFENCE_CLOSED when it closes under them', async () => {
+    const holder = open();
+    const held = [
+      await holder.acquire('closing:lock'),
+      await holder.lease('closing:lease', { ttlMs: 30_000 }),
+      await holder.semaphore('closing:sem', { permits: 1 }).acquire(),
+    ];
+    const locker = open();
+    const waits = [
+      rejection(locker.acquire('closing:lock', { timeoutMs: 30_000 })),
+      rejection(locker.lease('closing:lease', { timeoutMs: 30_000 })),
+      rejection(locker.semaphore('closing:sem', { permits: 1 }).acquire({ timeoutMs: 30_000 })),
+    ];
+    await eventually(() => locker.stats().waiting === 3, 10_000, 'three waiters');
+    await locker.close();
+    for (const err of await Promise.all(waits)) expectClosed(err);
+    await Promise.all(held.map((h) => h.release()));
+  });
+});
+
+describe('an unreachable database', () => {
+  it('"could not connect within N ms" carries a cause', async () => {
+    // A server that accepts and never answers: the connection attempt outlasts the acquire's timeout.
+    const sockets = new Set<Socket>();
+    const server = createServer((socket) => {
+      sockets.add(socket);
+      socket.on('error', () => {});
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as { port: number };
+    // keepaliveMs 100: the connection attempt itself gives up after 2 s, so close() does not wait long for it.
+    const locker = createLocker({ connectionString: `postgres://postgres@127.0.0.1:${port}/postgres`, keepaliveMs: 100 });
+    try {
+      const err = await rejection(locker.acquire('silent', { timeoutMs: 200 }));
+      expect(err).toBeInstanceOf(LockUnavailableError);
+      expect((err as Error).message).toMatch(/could not connect to PostgreSQL within 200 ms/);
+      expect((err as Error).cause).toBeInstanceOf(Error);
+      expect(((err as Error).cause as Error).message).toMatch(/no answer to the connection attempt/);
+    } finally {
+      server.close();
+      for (const s of sockets) s.destroy();
+      await locker.close();
+      for (const s of sockets) s.destroy();
+    }
+  });
+});
+
+describe('nested locks', () => {
+  let locker: Locker;
+  beforeAll(() => {
+    locker = open();
+  });
+
+  it('a permit inside a lock callback: the message names the permit and both fixes that apply to it', async () => {
+    const sem = locker.semaphore('nested:sem', { permits: 2 });
+    const err = await rejection(locker.withLock('nested:outer', () => sem.acquire()));
+    expect(err).toBeInstanceOf(NestedLockError);
+    const message = (err as Error).message;
+    expect(message).toMatch(/^a permit of semaphore "nested:sem" .* was requested inside a callback, which holds "nested:outer"/);
+    expect(message).toMatch(/\{ allowNested: true \}/);
+    expect(message).toMatch(/take the permit outside it/);
+    // acquireAll cannot take a permit: it is not offered as the fix.
+    expect(message).not.toMatch(/acquireAll/);
+    // The fix works.
+    await expect(locker.withLock('nested:outer', () => sem.withPermit(async () => 'ok', { allowNested: true }))).resolves.toBe('ok');
+  });
+
+  it('a lease inside a lock callback, and a lock inside a lock callback', async () => {
+    const lease = await rejection(locker.withLock('nested:outer2', () => locker.lease('nested:lease')));
+    expect((lease as Error).message).toMatch(/^lease "nested:lease" .* take the lease outside it/);
+    const lock = await rejection(locker.withLock('nested:outer3', () => locker.acquire('nested:inner')));
+    expect((lock as Error).message).toMatch(/^lock "nested:inner" .* take both with acquireAll\(\)/);
+  });
+});
