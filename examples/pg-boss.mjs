@@ -1,13 +1,15 @@
 // pg-boss workers where jobs for the same order never run at the same time, across workers and processes.
-import PgBoss from 'pg-boss';
+import * as pgBoss from 'pg-boss';
 import { createLocker } from 'pgfence';
 import { workWithLock } from 'pgfence/pg-boss';
 
+// pg-boss 12 exports its class by name; 10 and 11 as the default export.
+const PgBoss = pgBoss.PgBoss ?? pgBoss.default;
 const url = process.env.DATABASE_URL;
 const boss = new PgBoss({ connectionString: url, max: 3 });
 boss.on('error', (err) => console.error(err));
 await boss.start();
-await boss.createQueue('example-orders', { name: 'example-orders', retryLimit: 10, retryDelay: 1 });
+await boss.createQueue('example-orders', { retryLimit: 10, retryDelay: 1 });
 const locker = createLocker({ connectionString: url });
 
 const running = new Map(); // order -> jobs of it running now

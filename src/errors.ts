@@ -1,10 +1,44 @@
+/** Every `code` a PgfenceError can carry, for exhaustive switches (also at run time, for checks). */
+export const PGFENCE_ERROR_CODES = [
+  // Locks
+  'PGFENCE_LOCK_TIMEOUT',
+  'PGFENCE_LOCK_LOST',
+  'PGFENCE_NESTED_LOCK',
+  'PGFENCE_NOT_IN_TRANSACTION',
+  'PGFENCE_TRANSACTION_ABORTED',
+  'PGFENCE_DEADLOCK',
+  'PGFENCE_STALE_TOKEN',
+  'PGFENCE_TOKENS_EXHAUSTED',
+  'PGFENCE_INVALID_ARGUMENT',
+  'PGFENCE_CLOSED',
+  'PGFENCE_RESIGNED',
+  // The database
+  'PGFENCE_UNAVAILABLE',
+  'PGFENCE_POOLED_CONNECTION',
+  'PGFENCE_LOCK_BUDGET',
+  'PGFENCE_LOCK_TABLE_FULL',
+  'PGFENCE_NOT_MIGRATED',
+  // Migrations
+  'PGFENCE_MIGRATION_EDITED',
+  'PGFENCE_MIGRATION_FAILED',
+  'PGFENCE_MIGRATION_INVALID',
+  'PGFENCE_MIGRATION_LOCK_TIMEOUT',
+  // pgfence/pg-boss
+  'PGFENCE_KEY_BUSY',
+  'PGFENCE_JOB_EXPIRED',
+  'PGFENCE_BOSS_STOPPED',
+  'PGFENCE_JOB_ABORTED',
+  'PGFENCE_BATCH_UNSETTLED',
+] as const;
+export type PgfenceErrorCode = (typeof PGFENCE_ERROR_CODES)[number];
+
 /**
  * Every error pgfence throws is a PgfenceError with a stable `code`, so callers can branch on
  * `err.code` (or `instanceof`) without parsing messages.
  */
 export class PgfenceError extends Error {
-  readonly code: string;
-  constructor(code: string, message: string, options?: { cause?: unknown }) {
+  readonly code: PgfenceErrorCode;
+  constructor(code: PgfenceErrorCode, message: string, options?: { cause?: unknown }) {
     super(message, options);
     this.code = code;
     this.name = new.target.name;
@@ -20,6 +54,7 @@ export class PgfenceError extends Error {
 
 /** The wait for a lock outlasted its timeoutMs. */
 export class LockTimeoutError extends PgfenceError {
+  declare readonly code: 'PGFENCE_LOCK_TIMEOUT';
   readonly lockName: string | null;
   readonly key: bigint;
   readonly timeoutMs: number;
@@ -40,6 +75,7 @@ export type LockLostReason = 'session-lost' | 'ttl-expired' | 'lease-expired' | 
 
 /** A held lock was lost: its session died, its TTL ran out, or its lease was taken over. */
 export class LockLostError extends PgfenceError {
+  declare readonly code: 'PGFENCE_LOCK_LOST';
   readonly lockName: string | null;
   readonly key: bigint;
   readonly reason: LockLostReason;
@@ -53,6 +89,7 @@ export class LockLostError extends PgfenceError {
 
 /** A lock was requested while a callback of the same locker already holds one. */
 export class NestedLockError extends PgfenceError {
+  declare readonly code: 'PGFENCE_NESTED_LOCK';
   constructor(
     lockName: string | null,
     key: bigint,
@@ -77,6 +114,7 @@ export class NestedLockError extends PgfenceError {
 
 /** A transaction-scoped lock was requested on a connection that is not inside a transaction. */
 export class NotInTransactionError extends PgfenceError {
+  declare readonly code: 'PGFENCE_NOT_IN_TRANSACTION';
   constructor() {
     super(
       'PGFENCE_NOT_IN_TRANSACTION',
@@ -91,6 +129,7 @@ export class NotInTransactionError extends PgfenceError {
  * (SQLSTATE 25P02): nothing runs in it any more. Roll it back (and retry in a new one).
  */
 export class TransactionAbortedError extends PgfenceError {
+  declare readonly code: 'PGFENCE_TRANSACTION_ABORTED';
   constructor(options?: { cause?: unknown }) {
     super(
       'PGFENCE_TRANSACTION_ABORTED',
@@ -102,6 +141,7 @@ export class TransactionAbortedError extends PgfenceError {
 
 /** A guarded write carried a fencing token older than the one the row has already seen. */
 export class StaleTokenError extends PgfenceError {
+  declare readonly code: 'PGFENCE_STALE_TOKEN';
   readonly token: bigint;
   readonly currentToken: bigint | undefined;
   constructor(token: bigint, currentToken: bigint | undefined, message?: string) {
@@ -116,6 +156,7 @@ export class StaleTokenError extends PgfenceError {
 
 /** An argument was rejected before any I/O. */
 export class InvalidArgumentError extends PgfenceError {
+  declare readonly code: 'PGFENCE_INVALID_ARGUMENT';
   readonly argument: string;
   constructor(argument: string, message: string) {
     super('PGFENCE_INVALID_ARGUMENT', `${argument}: ${message}`);
@@ -125,6 +166,7 @@ export class InvalidArgumentError extends PgfenceError {
 
 /** The database could not be reached (connection refused, timed out, or the session died). */
 export class LockUnavailableError extends PgfenceError {
+  declare readonly code: 'PGFENCE_UNAVAILABLE';
   constructor(message: string, options?: { cause?: unknown }) {
     super('PGFENCE_UNAVAILABLE', message, options);
   }
@@ -135,6 +177,7 @@ export class LockUnavailableError extends PgfenceError {
  * the database may be fine, the caller's own locker is shut.
  */
 export class LockerClosedError extends PgfenceError {
+  declare readonly code: 'PGFENCE_CLOSED';
   constructor(message = 'the locker is closed', options?: { cause?: unknown }) {
     super('PGFENCE_CLOSED', message, options);
   }
@@ -142,6 +185,7 @@ export class LockerClosedError extends PgfenceError {
 
 /** PostgreSQL broke a deadlock by failing this lock request (SQLSTATE 40P01). */
 export class DeadlockError extends PgfenceError {
+  declare readonly code: 'PGFENCE_DEADLOCK';
   constructor(lockName: string | null, key: bigint, options?: { cause?: unknown }) {
     super(
       'PGFENCE_DEADLOCK',

@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import type pg from 'pg';
 import { CompositeLockHandle } from './advisory/composite-handle.js';
-import type { LockHandle } from './advisory/handle.js';
+import type { FencedLockHandle, LockHandle } from './advisory/handle.js';
 import { AdvisoryLockManager, type AcquireRequest } from './advisory/lock-manager.js';
 import { heldInCallback, runHolding } from './advisory/nesting.js';
 import { InvalidArgumentError, LockerClosedError, LockTimeoutError, NestedLockError } from './errors.js';
@@ -11,7 +11,7 @@ import { NameRegistry } from './observe/name-registry.js';
 import { describeType, nameToBytes, resolveLock, type LockName, type LockTarget } from './keys.js';
 import { jsonSafeLogger, type Logger, silentLogger } from './observe/logger.js';
 import type { Meter } from './observe/metrics.js';
-import { type LockerStats, type LockMode, Observer, reportBounce } from './observe/observer.js';
+import { type LockerEvents, type LockerStats, type LockMode, Observer, reportBounce } from './observe/observer.js';
 import { abortSignal, booleanOption, callback, durationMs, oneOf, optionKeys, optionsObject, positiveInteger } from './options.js';
 import { ConnectionSource } from './session/connection-source.js';
 import { deadClientBounds, PinnedSessionSettings } from './session/server-settings.js';
@@ -95,7 +95,10 @@ export const ACQUIRE_OPTION_KEYS = optionKeys<AcquireOptions>({
   allowNested: true,
 });
 
-export interface LeaseOptions {
+/** AcquireOptions asking for a fencing token: the handle's `token` is then a bigint, never null. */
+export type FencedAcquireOptions = AcquireOptions & { fencing: true };
+
+export interface LeaseOptions<D = unknown> {
   /** Lease duration on the database clock; default 15000, at least 100. */
   ttlMs?: number;
   /** Renew automatically every ttlMs / 3; default true. */
@@ -105,8 +108,8 @@ export interface LeaseOptions {
   signal?: AbortSignal;
   /** Who holds it (shown by inspect and status); default host:pid:random. */
   owner?: string;
-  /** JSON kept with the lease. */
-  data?: unknown;
+  /** JSON kept with the lease (the handle's `data`). */
+  data?: D;
   /**
    * At-least-for (ShedLock's lockAtLeastFor): release keeps the lease until acquiredAt + minHoldMs
    * on the database clock, so a job that finished quickly is not run again by a node whose schedule
@@ -128,19 +131,28 @@ export const LEASE_OPTION_KEYS = optionKeys<LeaseOptions>({
 /** A candidate campaigns until it resigns; timeoutMs is listed only to be refused with a reason. */
 export const LEADER_OPTION_KEYS = LEASE_OPTION_KEYS.filter((k) => k !== 'allowNested' && k !== 'minHoldMs');
 
-export interface Locker extends EventEmitter {
+/** A locker: its events ('acquired', 'released', 'timeout', 'lost', 'contention', 'bounce') are typed by LockerEvents. */
+export interface Locker extends EventEmitter<LockerEvents> {
+  acquire(name: LockName, opts: FencedAcquireOptions): Promise<FencedLockHandle>;
   acquire(name: LockName, opts?: AcquireOptions): Promise<LockHandle>;
+  tryAcquire(name: LockName, opts: Omit<FencedAcquireOptions, 'timeoutMs'>): Promise<FencedLockHandle | null>;
   tryAcquire(name: LockName, opts?: Omit<AcquireOptions, 'timeoutMs'>): Promise<LockHandle | null>;
+  withLock<T>(name: LockName, fn: (handle: FencedLockHandle) => Promise<T>, opts: FencedAcquireOptions): Promise<T>;
   withLock<T>(name: LockName, fn: (handle: LockHandle) => Promise<T>, opts?: AcquireOptions): Promise<T>;
+  tryWithLock<T>(
+    name: LockName,
+    fn: (handle: FencedLockHandle) => Promise<T>,
+    opts: Omit<FencedAcquireOptions, 'timeoutMs'>,
+  ): Promise<{ acquired: true; value: T } | { acquired: false }>;
   tryWithLock<T>(
     name: LockName,
     fn: (handle: LockHandle) => Promise<T>,
     opts?: Omit<AcquireOptions, 'timeoutMs'>,
   ): Promise<{ acquired: true; value: T } | { acquired: false }>;
   acquireAll(names: LockName[], opts?: AcquireOptions): Promise<LockHandle & { readonly handles: readonly LockHandle[] }>;
-  lease(name: LockName, opts?: LeaseOptions): Promise<LeaseHandle>;
-  tryLease(name: LockName, opts?: Omit<LeaseOptions, 'timeoutMs'>): Promise<LeaseHandle | null>;
-  withLease<T>(name: LockName, fn: (handle: LeaseHandle) => Promise<T>, opts?: LeaseOptions): Promise<T>;
+  lease<D = unknown>(name: LockName, opts?: LeaseOptions<D>): Promise<LeaseHandle<D>>;
+  tryLease<D = unknown>(name: LockName, opts?: Omit<LeaseOptions<D>, 'timeoutMs'>): Promise<LeaseHandle<D> | null>;
+  withLease<T, D = unknown>(name: LockName, fn: (handle: LeaseHandle<D>) => Promise<T>, opts?: LeaseOptions<D>): Promise<T>;
   semaphore(name: LockName, opts: SemaphoreOptions): Semaphore;
   leader(name: LockName, opts?: Omit<LeaseOptions, 'timeoutMs' | 'allowNested' | 'minHoldMs'>): LeaderElection;
   /** Held and waiting locks across the whole database, with names, and the leases held now. */
@@ -162,7 +174,7 @@ export function createLocker(options: LockerOptions): Locker {
   return new PgLocker(options);
 }
 
-class PgLocker extends EventEmitter implements Locker {
+class PgLocker extends EventEmitter<LockerEvents> implements Locker {
   private readonly opts: ResolvedLockerOptions;
   private readonly source: ConnectionSource;
   private readonly sessions: SessionPool;
@@ -251,6 +263,8 @@ class PgLocker extends EventEmitter implements Locker {
     this.semaphores = new SemaphoreManager(this.sessions, this.listener, this.observer);
   }
 
+  acquire(name: LockName, opts: FencedAcquireOptions): Promise<FencedLockHandle>;
+  acquire(name: LockName, opts?: AcquireOptions): Promise<LockHandle>;
   acquire(name: LockName, opts?: AcquireOptions): Promise<LockHandle> {
     // Not async: one promise less on the hot path. Validation errors still arrive as rejections.
     let request: AcquireRequest;
@@ -262,6 +276,8 @@ class PgLocker extends EventEmitter implements Locker {
     return this.refusedIfPooled(this.locks.acquire(request, false) as Promise<LockHandle>);
   }
 
+  tryAcquire(name: LockName, opts: Omit<FencedAcquireOptions, 'timeoutMs'>): Promise<FencedLockHandle | null>;
+  tryAcquire(name: LockName, opts?: Omit<AcquireOptions, 'timeoutMs'>): Promise<LockHandle | null>;
   async tryAcquire(name: LockName, opts?: Omit<AcquireOptions, 'timeoutMs'>): Promise<LockHandle | null> {
     const o = optionsObject<AcquireOptions>(opts, 'tryAcquire options', ACQUIRE_OPTION_KEYS);
     if (o.timeoutMs !== undefined && o.timeoutMs !== 0) {
@@ -270,21 +286,34 @@ class PgLocker extends EventEmitter implements Locker {
     return this.refusedIfPooled(this.locks.acquire(this.request(name, { ...o, timeoutMs: 0 }, 'tryAcquire'), true));
   }
 
-  async withLock<T>(name: LockName, fn: (handle: LockHandle) => Promise<T>, opts?: AcquireOptions): Promise<T> {
+  withLock<T>(name: LockName, fn: (handle: FencedLockHandle) => Promise<T>, opts: FencedAcquireOptions): Promise<T>;
+  withLock<T>(name: LockName, fn: (handle: LockHandle) => Promise<T>, opts?: AcquireOptions): Promise<T>;
+  // fn takes a FencedLockHandle only under the fencing overload, where the token is there.
+  async withLock<T>(name: LockName, fn: (handle: FencedLockHandle) => Promise<T>, opts?: AcquireOptions): Promise<T> {
     callback(fn, 'fn');
     const handle = await this.acquire(name, opts);
-    return this.runHolding(handle, fn);
+    return this.runHolding(handle as FencedLockHandle, fn);
   }
 
-  async tryWithLock<T>(
+  tryWithLock<T>(
+    name: LockName,
+    fn: (handle: FencedLockHandle) => Promise<T>,
+    opts: Omit<FencedAcquireOptions, 'timeoutMs'>,
+  ): Promise<{ acquired: true; value: T } | { acquired: false }>;
+  tryWithLock<T>(
     name: LockName,
     fn: (handle: LockHandle) => Promise<T>,
+    opts?: Omit<AcquireOptions, 'timeoutMs'>,
+  ): Promise<{ acquired: true; value: T } | { acquired: false }>;
+  async tryWithLock<T>(
+    name: LockName,
+    fn: (handle: FencedLockHandle) => Promise<T>,
     opts?: Omit<AcquireOptions, 'timeoutMs'>,
   ): Promise<{ acquired: true; value: T } | { acquired: false }> {
     callback(fn, 'fn');
     const handle = await this.tryAcquire(name, opts);
     if (!handle) return { acquired: false };
-    return { acquired: true, value: await this.runHolding(handle, fn) };
+    return { acquired: true, value: await this.runHolding(handle as FencedLockHandle, fn) };
   }
 
   async acquireAll(names: LockName[], opts?: AcquireOptions): Promise<CompositeLockHandle> {
@@ -319,19 +348,20 @@ class PgLocker extends EventEmitter implements Locker {
     return new CompositeLockHandle(held);
   }
 
-  async lease(name: LockName, opts?: LeaseOptions): Promise<LeaseHandle> {
-    return (await this.leases.acquire(this.leaseRequest(name, opts, 'lease'), false))!;
+  // The handle's data is the caller's own value (what it stored as JSON), hence the casts to LeaseHandle<D>.
+  async lease<D = unknown>(name: LockName, opts?: LeaseOptions<D>): Promise<LeaseHandle<D>> {
+    return (await this.leases.acquire(this.leaseRequest(name, opts, 'lease'), false)) as LeaseHandle<D>;
   }
 
-  async tryLease(name: LockName, opts?: Omit<LeaseOptions, 'timeoutMs'>): Promise<LeaseHandle | null> {
+  async tryLease<D = unknown>(name: LockName, opts?: Omit<LeaseOptions<D>, 'timeoutMs'>): Promise<LeaseHandle<D> | null> {
     const o = optionsObject<LeaseOptions>(opts, 'tryLease options', LEASE_OPTION_KEYS);
     if (o.timeoutMs !== undefined && o.timeoutMs !== 0) {
       throw new InvalidArgumentError('timeoutMs', 'tryLease makes a single attempt; use lease() to wait');
     }
-    return this.leases.acquire(this.leaseRequest(name, { ...o, timeoutMs: 0 }, 'tryLease'), true);
+    return (await this.leases.acquire(this.leaseRequest(name, { ...o, timeoutMs: 0 }, 'tryLease'), true)) as LeaseHandle<D> | null;
   }
 
-  async withLease<T>(name: LockName, fn: (handle: LeaseHandle) => Promise<T>, opts?: LeaseOptions): Promise<T> {
+  async withLease<T, D = unknown>(name: LockName, fn: (handle: LeaseHandle<D>) => Promise<T>, opts?: LeaseOptions<D>): Promise<T> {
     callback(fn, 'fn');
     const handle = await this.lease(name, opts);
     return this.runHolding(handle, fn);

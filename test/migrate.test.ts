@@ -5,11 +5,11 @@ import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Kysely, Migrator, PostgresDialect, type MigrationProvider } from 'kysely';
+import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { InvalidArgumentError, LockUnavailableError, PgfenceError } from '../src/errors.js';
-import { migrationProviderFor, pgfenceMigrations } from '../src/kysely/migrations.js';
+import { migrationProviderFor, pgfenceMigrations, type PgfenceMigrationProvider } from '../src/kysely/migrations.js';
 import { planDefinitionMigrations, readDefinitionLog, DEFINITION_LOG_FILE } from '../src/migrate/definition-sets.js';
 import { readMigrationSet, type MigrationFolders } from '../src/migrate/files.js';
 import { migrate } from '../src/migrate/index.js';
@@ -18,6 +18,7 @@ import { packageFolders } from '../src/migrate/package-folders.js';
 import { runMigrations } from '../src/migrate/runner.js';
 import { eventually, withDatabase } from './support/db.js';
 import { freePort } from './support/server.js';
+import { kyselyMigrator, type TestMigrator } from './support/versions.js';
 
 const fixtures = fileURLToPath(new URL('./fixtures/migrate/', import.meta.url));
 const childScript = join(fixtures, 'migrate-child.mjs');
@@ -390,6 +391,8 @@ describe('migrate() arguments', () => {
   });
 });
 
+const Migrator = await kyselyMigrator();
+
 describe('pgfenceMigrations() with Kysely', () => {
   /** A Kysely of its own for one test, destroyed (its pool ended) when the test is done. */
   async function withKysely<T>(url: string, fn: (db: Kysely<unknown>) => Promise<T>): Promise<T> {
@@ -401,7 +404,7 @@ describe('pgfenceMigrations() with Kysely', () => {
     }
   }
 
-  function pgfenceMigrator(db: Kysely<unknown>, provider: MigrationProvider = pgfenceMigrations(), extra: { disableTransactions?: boolean } = {}) {
+  function pgfenceMigrator(db: Kysely<unknown>, provider: PgfenceMigrationProvider = pgfenceMigrations(), extra: { disableTransactions?: boolean } = {}) {
     return new Migrator({
       db,
       provider,
@@ -411,7 +414,7 @@ describe('pgfenceMigrations() with Kysely', () => {
     });
   }
 
-  async function migrateToLatest(migrator: Migrator): Promise<string[]> {
+  async function migrateToLatest(migrator: TestMigrator): Promise<string[]> {
     const { error, results } = await migrator.migrateToLatest();
     if (error) throw error;
     for (const r of results ?? []) expect(r.status, r.migrationName).toBe('Success');

@@ -1,12 +1,14 @@
 import { AggregationTemporality, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader } from '@opentelemetry/sdk-metrics';
-import PgBoss from 'pg-boss';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createLocker, InvalidArgumentError, lockKey, StaleTokenError, type BounceEvent, type Locker, type LockHandle } from '../src/index.js';
-import { KeyBusyError, workWithLock, type BossLike, type LockedJob } from '../src/pg-boss/index.js';
+import { JobStoppedError, KeyBusyError, workWithLock, type BossLike, type LockedJob } from '../src/pg-boss/index.js';
 import { appName, eventually, killBackends, sleep, useMigratedDatabase } from './support/db.js';
+import { installedAtLeast, pgBossClass, type TestBoss } from './support/versions.js';
+
+const PgBoss = await pgBossClass();
 
 let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
-const bosses: PgBoss[] = [];
+const bosses: TestBoss[] = [];
 const lockers: Locker[] = [];
 const bossErrors: unknown[] = [];
 
@@ -25,7 +27,7 @@ afterAll(async () => {
 });
 
 /** A started boss on the file's database; pg-boss creates its own schema on the first start. */
-async function startBoss(): Promise<PgBoss> {
+async function startBoss(): Promise<TestBoss> {
   const boss = new PgBoss({ connectionString: db.url, max: 3, supervise: false, schedule: false });
   boss.on('error', (err) => bossErrors.push(err));
   await boss.start(); // one at a time: the first one installs pg-boss's schema
@@ -74,13 +76,13 @@ function overlapsAcrossKeys(runs: Run[]): boolean {
   return runs.some((a) => runs.some((b) => a.key !== b.key && a.start < b.end && b.start < a.end));
 }
 
-async function jobOf(boss: PgBoss, queue: string, id: string) {
+async function jobOf(boss: TestBoss, queue: string, id: string) {
   const job = await boss.getJobById<Job>(queue, id);
   if (!job) throw new Error(`job ${id} not found`);
   return job as typeof job & { output: Record<string, unknown> | null };
 }
 
-async function sendAll(boss: PgBoss, queue: string, jobs: Job[], options: PgBoss.SendOptions = {}): Promise<string[]> {
+async function sendAll(boss: TestBoss, queue: string, jobs: Job[], options: { expireInSeconds?: number } = {}): Promise<string[]> {
   const ids: string[] = [];
   for (const data of jobs) ids.push((await boss.send(queue, data, options))!);
   return ids;
@@ -121,7 +123,7 @@ describe('workWithLock', () => {
   it('puts a job whose key stays busy back into pg-boss, which retries it until the key is free', async () => {
     const queue = 'busy';
     const boss = await startBoss();
-    await boss.createQueue(queue, { name: queue, retryLimit: 10, retryDelay: 1 });
+    await boss.createQueue(queue, { retryLimit: 10, retryDelay: 1 });
     const holder = openLocker();
     const held = await holder.acquire('busy:1');
 
@@ -148,7 +150,7 @@ describe('workWithLock', () => {
   it('releases the lock when the handler throws, and pg-boss retries then fails the job (bigint fields and all)', async () => {
     const queue = 'errors';
     const boss = await startBoss();
-    await boss.createQueue(queue, { name: queue, retryLimit: 1, retryDelay: 0 });
+    await boss.createQueue(queue, { retryLimit: 1, retryDelay: 0 });
     const locker = openLocker();
     let calls = 0;
     await workWithLock<Job>(boss, locker, queue, { key: (job) => job.data.key, workOptions: fast }, async () => {
@@ -196,7 +198,7 @@ describe('workWithLock', () => {
   it('runs the jobs of one batch that share a key one after another, and settles each job of a batch on its own', async () => {
     const queue = 'batch';
     const boss = await startBoss();
-    await boss.createQueue(queue, { name: queue, retryLimit: 0 });
+    await boss.createQueue(queue, { retryLimit: 0 });
     const jobs: Job[] = [
       { key: 'batch:same', i: 0 },
       { key: 'batch:same', i: 1 },
@@ -224,7 +226,7 @@ describe('workWithLock', () => {
   it('bounces the later same-key jobs of a batch at once when the first one found the key busy', async () => {
     const queue = 'bounce';
     const boss = await startBoss();
-    await boss.createQueue(queue, { name: queue, retryLimit: 10, retryDelay: 1 });
+    await boss.createQueue(queue, { retryLimit: 10, retryDelay: 1 });
     const held = await openLocker().acquire('bounce:1');
     const ids = await sendAll(boss, queue, [0, 1, 2].map((i) => ({ key: 'bounce:1', i })));
     const runs: Run[] = [];
@@ -242,7 +244,7 @@ describe('workWithLock', () => {
   it('reports every bounce like a timeout: a warn log line, a bounce event and the pgfence.pgboss.bounced counter', async () => {
     const queue = 'reported';
     const boss = await startBoss();
-    await boss.createQueue(queue, { name: queue, retryLimit: 0 }); // each job bounces exactly once
+    await boss.createQueue(queue, { retryLimit: 0 }); // each job bounces exactly once
     const held = await openLocker().acquire('reported:1');
     const warnings: { obj: Record<string, unknown>; msg?: string }[] = [];
     const logger = { debug: () => {}, info: () => {}, warn: (obj: object, msg?: string) => warnings.push({ obj: obj as Record<string, unknown>, msg }), error: () => {} };
@@ -278,7 +280,7 @@ describe('workWithLock', () => {
   it('aborts job.signal with the LockLostError when the lock is lost, and fails a job that ignores it', async () => {
     const queue = 'lost';
     const boss = await startBoss();
-    await boss.createQueue(queue, { name: queue, retryLimit: 0 });
+    await boss.createQueue(queue, { retryLimit: 0 });
     const app = appName('pgboss_lost');
     let started = false;
     let reason: unknown;
@@ -298,10 +300,12 @@ describe('workWithLock', () => {
     expect(await lockIsFree(openLocker(), 'lost:1')).toBe(true);
   });
 
-  it('aborts job.signal when the job expires (pg-boss 10: timed from expireInSeconds) and when the boss stops, releasing the lock', async () => {
+  it('aborts job.signal with the same reasons on every pg-boss major when the job expires and when the boss stops, releasing the lock', async () => {
+    // pg-boss 12 aborts job.signal itself, with a bare AbortError (kept as the cause); 10 and 11 have no signal.
+    const bossAborts = installedAtLeast('pg-boss', 12);
     const queue = 'expire';
     const boss = await startBoss();
-    await boss.createQueue(queue, { name: queue, retryLimit: 0, expireInSeconds: 1 });
+    await boss.createQueue(queue, { retryLimit: 0, expireInSeconds: 1 });
     const locker = openLocker();
     const reasons: unknown[] = [];
     await workWithLock<Job>(boss, locker, queue, { key: (job) => job.data.key, workOptions: fast }, async (job) => {
@@ -311,7 +315,9 @@ describe('workWithLock', () => {
     });
     const [expiring] = await sendAll(boss, queue, [{ key: 'expire:1', i: 0 }]);
     await eventually(() => reasons.length === 1, 15_000, 'the expiry to abort the handler');
-    expect((reasons[0] as { code?: string }).code).toBe('PGFENCE_JOB_EXPIRED');
+    expect(reasons[0]).toBeInstanceOf(JobStoppedError);
+    expect(reasons[0]).toMatchObject({ code: 'PGFENCE_JOB_EXPIRED', jobId: expiring });
+    expect((reasons[0] as JobStoppedError).cause).toEqual(bossAborts ? expect.objectContaining({ name: 'AbortError' }) : undefined);
     await eventually(async () => (await jobOf(boss, queue, expiring!)).state === 'failed', 10_000, 'pg-boss to fail the expired job');
     await eventually(() => locker.stats().held === 0, 5000, 'the release');
 
@@ -320,7 +326,9 @@ describe('workWithLock', () => {
     await eventually(() => locker.stats().held === 1, 15_000, 'the second job to start');
     await boss.stop({ timeout: 1000 });
     await eventually(() => reasons.length === 2, 10_000, 'the stop to abort the handler');
-    expect((reasons[1] as { code?: string }).code).toBe('PGFENCE_BOSS_STOPPED');
+    expect(reasons[1]).toBeInstanceOf(JobStoppedError);
+    expect((reasons[1] as JobStoppedError).code).toBe('PGFENCE_BOSS_STOPPED');
+    expect((reasons[1] as JobStoppedError).cause).toEqual(bossAborts ? expect.objectContaining({ name: 'AbortError' }) : undefined);
     await eventually(() => locker.stats().held === 0, 5000, 'the release');
     expect(await lockIsFree(openLocker(), 'expire:2')).toBe(true);
   });
@@ -375,7 +383,7 @@ describe('workWithLock: errors that say what to do', () => {
   it('a permit taken inside a handler is a NestedLockError that names the handler and the fix; the fix works', async () => {
     const queue = 'nested';
     const boss = await startBoss();
-    await boss.createQueue(queue, { name: queue, retryLimit: 0 });
+    await boss.createQueue(queue, { retryLimit: 0 });
     const locker = openLocker();
     const sem = locker.semaphore('nested:pool', { permits: 2 });
     let allowed = false;
@@ -397,7 +405,7 @@ describe('workWithLock: errors that say what to do', () => {
   it('a busy key on a job with no retry left says the job failed for good, not that it went back for a retry', async () => {
     const queue = 'lastbounce';
     const boss = await startBoss();
-    await boss.createQueue(queue, { name: queue, retryLimit: 0 });
+    await boss.createQueue(queue, { retryLimit: 0 });
     const holder = openLocker();
     const held = await holder.acquire('lastbounce:1');
     await workWithLock<Job>(

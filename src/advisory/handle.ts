@@ -16,6 +16,11 @@ export interface LockHandle {
   [Symbol.asyncDispose](): Promise<void>;
 }
 
+/** A lock handle taken with `fencing: true`: its fencing token is always there. */
+export interface FencedLockHandle extends LockHandle {
+  readonly token: bigint;
+}
+
 /**
  * The shared life cycle of every handle kind: held until released or lost, and the loss reaches
  * `signal` exactly once. Subclasses say how to give the lock back.

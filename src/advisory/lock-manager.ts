@@ -773,7 +773,7 @@ export class AdvisoryLockHandle extends BaseHandle {
     key: bigint,
     mode: LockMode,
     token: bigint | null,
-    /** @internal the session id the lock lives on */ readonly sessionId: number,
+    /** The session id the lock lives on (pgfence-internal). */ readonly sessionId: number,
     kind: 'lock' | 'leader' = 'lock',
   ) {
     super(kind, name, key, mode, token);

@@ -1,7 +1,15 @@
 import type pg from 'pg';
 import { InvalidArgumentError } from '../errors.js';
 import { describeType, type LockName } from '../keys.js';
-import { tryXactLockWith, xactLockWith, type XactExecutor, type XactLockOptions, type XactLockResult } from './xact.js';
+import {
+  tryXactLockWith,
+  xactLockWith,
+  type FencedXactLockOptions,
+  type FencedXactLockResult,
+  type XactExecutor,
+  type XactLockOptions,
+  type XactLockResult,
+} from './xact.js';
 
 /** node-postgres: a client (or pool client) inside BEGIN ... COMMIT. */
 export function pgExecutor(client: pg.ClientBase): XactExecutor {
@@ -45,11 +53,19 @@ export function pgExecutor(client: pg.ClientBase): XactExecutor {
  * breaks a deadlock, and LockUnavailableError when PostgreSQL does not answer within timeoutMs plus
  * ANSWER_GRACE_MS (2 s): the client is then ended, so discard it.
  */
+export async function xactLock(client: pg.ClientBase, name: LockName, opts: FencedXactLockOptions): Promise<FencedXactLockResult>;
+export async function xactLock(client: pg.ClientBase, name: LockName, opts?: XactLockOptions): Promise<XactLockResult>;
 export async function xactLock(client: pg.ClientBase, name: LockName, opts?: XactLockOptions): Promise<XactLockResult> {
   return xactLockWith(pgExecutor(client), name, opts);
 }
 
 /** One try at a transaction lock inside the caller's transaction; null when it is held elsewhere. */
+export async function tryXactLock(
+  client: pg.ClientBase,
+  name: LockName,
+  opts: Omit<FencedXactLockOptions, 'timeoutMs'>,
+): Promise<FencedXactLockResult | null>;
+export async function tryXactLock(client: pg.ClientBase, name: LockName, opts?: Omit<XactLockOptions, 'timeoutMs'>): Promise<XactLockResult | null>;
 export async function tryXactLock(
   client: pg.ClientBase,
   name: LockName,

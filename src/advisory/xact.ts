@@ -29,7 +29,14 @@ export const XACT_LOCK_OPTION_KEYS = optionKeys<XactLockOptions>({ mode: true, t
 
 export interface XactLockResult {
   key: bigint;
+  /** The fencing token when `fencing: true` was asked, else null. */
   token: bigint | null;
+}
+
+/** XactLockOptions asking for a fencing token: the result's `token` is then a bigint, never null. */
+export type FencedXactLockOptions = XactLockOptions & { fencing: true };
+export interface FencedXactLockResult extends XactLockResult {
+  token: bigint;
 }
 
 /** How xactLock talks to a caller's transaction: a node-postgres client or a Kysely transaction. */

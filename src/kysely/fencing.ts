@@ -23,7 +23,6 @@ import { bareIdentifier, quoteColumn } from '../fencing/identifiers.js';
  *
  *   await fenced(db.updateTable('orders').set({ status: 'paid' }).where('id', '=', 1), lease.token).execute();
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 export function fenced<DB, UT extends keyof DB, TB extends keyof DB, O>(
   builder: UpdateQueryBuilder<DB, UT, TB, O>,
   token: bigint,
@@ -41,7 +40,6 @@ export function fenced<DB, UT extends keyof DB, TB extends keyof DB, O>(
     .where(() => sql<boolean>`(${ref} IS NULL OR ${ref} <= ${token})`);
 }
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 type AnyKysely = Kysely<any>;
 
 /** fencedUpdate for Kysely (a Kysely instance or a transaction): same spec and result as the root export's. */

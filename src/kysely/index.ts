@@ -1,12 +1,20 @@
 import { CompiledQuery, type Kysely, type Transaction } from 'kysely';
 import { InvalidArgumentError } from '../errors.js';
 import { describeType, type LockName } from '../keys.js';
-import { tryXactLockWith, xactLockWith, type XactExecutor, type XactLockOptions, type XactLockResult } from '../advisory/xact.js';
+import {
+  tryXactLockWith,
+  xactLockWith,
+  type FencedXactLockOptions,
+  type FencedXactLockResult,
+  type XactExecutor,
+  type XactLockOptions,
+  type XactLockResult,
+} from '../advisory/xact.js';
 import { doomTransactionSql } from '../advisory/xact-sql.js';
 
-export type { XactLockOptions, XactLockResult } from '../advisory/xact.js';
+export type { FencedXactLockOptions, FencedXactLockResult, XactLockOptions, XactLockResult } from '../advisory/xact.js';
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
+// Any database schema: the lock statements touch none of the caller's tables.
 type AnyTransaction = Transaction<any> | Kysely<any>;
 
 function kyselyExecutor(trx: AnyTransaction): XactExecutor {
@@ -42,11 +50,19 @@ function kyselyExecutor(trx: AnyTransaction): XactExecutor {
  * When PostgreSQL does not answer within timeoutMs plus 2 s, rejects with LockUnavailableError and
  * dooms the transaction: its later statements fail until it is rolled back.
  */
+export async function xactLock(trx: AnyTransaction, name: LockName, opts: FencedXactLockOptions): Promise<FencedXactLockResult>;
+export async function xactLock(trx: AnyTransaction, name: LockName, opts?: XactLockOptions): Promise<XactLockResult>;
 export async function xactLock(trx: AnyTransaction, name: LockName, opts?: XactLockOptions): Promise<XactLockResult> {
   return xactLockWith(kyselyExecutor(trx), name, opts);
 }
 
 /** One try at a transaction lock inside a Kysely transaction; null when it is held elsewhere. */
+export async function tryXactLock(
+  trx: AnyTransaction,
+  name: LockName,
+  opts: Omit<FencedXactLockOptions, 'timeoutMs'>,
+): Promise<FencedXactLockResult | null>;
+export async function tryXactLock(trx: AnyTransaction, name: LockName, opts?: Omit<XactLockOptions, 'timeoutMs'>): Promise<XactLockResult | null>;
 export async function tryXactLock(
   trx: AnyTransaction,
   name: LockName,
@@ -59,4 +75,4 @@ export { addFencingColumn, fenced, fencedClaim, fencedUpdate } from './fencing.j
 export type { FencedUpdateResult, FencedUpdateSpec } from '../fencing/fenced-update.js';
 export type { FencedClaimResult, FencedClaimSpec } from '../fencing/fenced-claim.js';
 export type { FencingColumnOptions } from '../fencing/fencing-column.js';
-export { pgfenceMigrations } from './migrations.js';
+export { pgfenceMigrations, type PgfenceMigration, type PgfenceMigrationProvider } from './migrations.js';

@@ -1,4 +1,4 @@
-import { CompiledQuery, type Kysely, type Migration, type MigrationProvider } from 'kysely';
+import { CompiledQuery, type Kysely } from 'kysely';
 import { planDefinitionMigrations, readDefinitionLog } from '../migrate/definition-sets.js';
 import { readMigrationSet, type MigrationFile, type MigrationFolders, type MigrationSet } from '../migrate/files.js';
 import {
@@ -15,8 +15,20 @@ import { lockMigrationsForTransaction, MIGRATION_LOCK_TIMEOUT_MS } from '../migr
 import { packageFolders } from '../migrate/package-folders.js';
 
 // Kysely's own Migration type takes a Kysely<any>.
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 type AnyKysely = Kysely<any>;
+
+/**
+ * Kysely's `Migration`, declared here: kysely 0.28 exports its type from 'kysely', 0.29 only from
+ * 'kysely/migration' (which 0.28 lacks), so pgfence names neither and both accept this shape.
+ */
+export interface PgfenceMigration {
+  up(db: AnyKysely): Promise<void>;
+}
+
+/** Kysely's `MigrationProvider`, declared here for the same reason: pass it as `provider` to a Migrator. */
+export interface PgfenceMigrationProvider {
+  getMigrations(): Promise<Record<string, PgfenceMigration>>;
+}
 
 /**
  * pgfence's schema as a Kysely `MigrationProvider`, for services that migrate with Kysely rather
@@ -50,16 +62,16 @@ type AnyKysely = Kysely<any>;
  * - Migration files are multi-statement scripts: use a dialect that sends a query without
  *   parameters as one simple query, as `PostgresDialect` over node-postgres does.
  */
-export function pgfenceMigrations(): MigrationProvider {
+export function pgfenceMigrations(): PgfenceMigrationProvider {
   return migrationProviderFor(packageFolders());
 }
 
 /** The provider over any folders (tests point it at fixtures). */
-export function migrationProviderFor(folders: MigrationFolders): MigrationProvider {
+export function migrationProviderFor(folders: MigrationFolders): PgfenceMigrationProvider {
   return {
-    async getMigrations(): Promise<Record<string, Migration>> {
+    async getMigrations(): Promise<Record<string, PgfenceMigration>> {
       const [files, log] = await Promise.all([readMigrationSet(folders), readDefinitionLog(folders.sqlDir)]);
-      const migrations: Record<string, Migration> = {};
+      const migrations: Record<string, PgfenceMigration> = {};
       for (const file of files.migrations) {
         migrations[file.fileName.slice(0, -'.sql'.length)] = {
           up: (db: AnyKysely) => underMigrationLock(db, (sql) => upMigration(sql, files, file)),

@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events';
 import type { LockHandle } from '../advisory/handle.js';
-import { LockerClosedError, PgfenceError } from '../errors.js';
+import { LockerClosedError, PgfenceError, type LockLostError, type LockLostReason } from '../errors.js';
 import { internalKey, type LockTarget } from '../keys.js';
 import { abortSignal, optionKeys, optionsObject } from '../options.js';
 import type { Logger } from '../observe/logger.js';
@@ -17,6 +17,8 @@ export interface LeaderCampaignPorts {
 export interface ElectedEvent {
   epoch: bigint;
 }
+/** Why a term ended: resign(), or why its lease or its session lock was lost. */
+export type DemotionReason = 'resigned' | LockLostReason;
 export interface WhenElectedOptions {
   signal?: AbortSignal;
 }
@@ -24,8 +26,12 @@ export const WHEN_ELECTED_OPTION_KEYS = optionKeys<WhenElectedOptions>({ signal:
 
 export interface DemotedEvent {
   epoch: bigint;
-  /** 'resigned', 'lease-expired', 'lease-stolen', 'session-lost', 'closed' */
-  reason: string;
+  reason: DemotionReason;
+}
+/** A leader election's events and their payloads. */
+export interface LeaderEvents {
+  elected: [event: ElectedEvent];
+  demoted: [event: DemotedEvent];
 }
 
 /**
@@ -36,7 +42,7 @@ export interface DemotedEvent {
  * 'demoted' is emitted the moment a term ends (a lease's signal aborts before the database would let
  * another candidate in), so at most one candidate believes it leads at any time.
  */
-export interface LeaderElection extends EventEmitter {
+export interface LeaderElection extends EventEmitter<LeaderEvents> {
   readonly name: string | null;
   /**
    * Read when about to act: the lease's local deadline is checked on the monotonic clock as this is
@@ -55,7 +61,7 @@ export interface LeaderElection extends EventEmitter {
 
 const RETRY_MS = 250;
 
-export class LeaderCampaign extends EventEmitter implements LeaderElection {
+export class LeaderCampaign extends EventEmitter<LeaderEvents> implements LeaderElection {
   /** Why the campaign ended by itself (it cannot run here), for whenElected(). */
   private failure: Error | null = null;
   private term: { epoch: bigint; lease: LeaseHandle; guard: LockHandle; controller: AbortController } | null = null;
@@ -95,7 +101,7 @@ export class LeaderCampaign extends EventEmitter implements LeaderElection {
     if (term && (term.lease.signal.aborted || term.guard.signal.aborted)) {
       // The abort listeners normally end the term already; this covers a listener not yet attached.
       const lost = term.lease.signal.aborted ? term.lease.signal : term.guard.signal;
-      this.endTerm((lost.reason as { reason?: string })?.reason ?? 'lost', lost.reason);
+      this.endTerm((lost.reason as LockLostError).reason ?? 'session-lost', lost.reason);
     }
     return this.term;
   }
@@ -196,7 +202,8 @@ export class LeaderCampaign extends EventEmitter implements LeaderElection {
     if (this.stop.signal.aborted || lease.signal.aborted || guard.signal.aborted) return Promise.resolve();
     const controller = new AbortController();
     this.term = { epoch: lease.token, lease, guard, controller };
-    const onLost = (signal: AbortSignal) => () => this.endTerm((signal.reason as { reason?: string })?.reason ?? 'lost', signal.reason);
+    // A handle's signal aborts with a LockLostError.
+    const onLost = (signal: AbortSignal) => () => this.endTerm((signal.reason as LockLostError).reason ?? 'session-lost', signal.reason);
     lease.signal.addEventListener('abort', onLost(lease.signal), { once: true });
     guard.signal.addEventListener('abort', onLost(guard.signal), { once: true });
     const ended = new Promise<void>((resolve) => controller.signal.addEventListener('abort', () => resolve(), { once: true }));
@@ -204,7 +211,7 @@ export class LeaderCampaign extends EventEmitter implements LeaderElection {
     return ended;
   }
 
-  private endTerm(reason: string, cause?: unknown): void {
+  private endTerm(reason: DemotionReason, cause?: unknown): void {
     const term = this.term;
     if (!term) return;
     this.term = null;

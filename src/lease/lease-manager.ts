@@ -29,12 +29,13 @@ export interface LeaseRequest {
 }
 
 /** A held lease: a lock handle with an owner, a database-clock expiry and renewal. */
-export interface LeaseHandle extends LockHandle {
+export interface LeaseHandle<D = unknown> extends LockHandle {
   readonly token: bigint;
   readonly owner: string;
   /** When the database will consider the lease expired, as of the last grant or renewal. */
   readonly expiresAt: Date;
-  readonly data: unknown;
+  /** The `data` given to lease() (stored with the lease as JSON). */
+  readonly data: D;
   /** Extends the lease by its TTL; false (and the handle is lost) when it is no longer this holder's. */
   renew(): Promise<boolean>;
 }

@@ -29,8 +29,9 @@ function jsonSafe(value: unknown, depth: number): unknown {
   if (value instanceof Error) {
     const copy = Object.create(Object.getPrototypeOf(value) as object) as Error;
     for (const [k, d] of Object.entries(Object.getOwnPropertyDescriptors(value))) {
-      if ('value' in d) d.value = jsonSafe(d.value, depth + 1);
-      Object.defineProperty(copy, k, d);
+      // Node 24's `stack` is an own accessor that answers only on the error it was made for: copy its value.
+      const v: unknown = 'value' in d ? d.value : (value as unknown as Record<string, unknown>)[k];
+      Object.defineProperty(copy, k, { value: jsonSafe(v, depth + 1), writable: true, configurable: true, enumerable: d.enumerable ?? false });
     }
     return copy;
   }

@@ -1,4 +1,5 @@
 import type { EventEmitter } from 'node:events';
+import type { LockLostError, LockLostReason } from '../errors.js';
 import { type Logger, silentLogger } from './logger.js';
 import type { Meter, MeterInstruments } from './metrics.js';
 import { createInstruments } from './metrics.js';
@@ -27,8 +28,8 @@ export interface TimeoutEvent extends LockEventInfo {
 export interface LostEvent extends LockEventInfo {
   token: bigint | null;
   holdMs: number;
-  reason: string;
-  error: Error;
+  reason: LockLostReason;
+  error: LockLostError;
 }
 export type ContentionEvent = LockEventInfo;
 /** A pg-boss job whose key was busy went back to pg-boss (pgfence/pg-boss's KeyBusyError). */
@@ -46,6 +47,17 @@ export interface BounceEvent extends LockEventInfo {
 export const reportBounce: unique symbol = Symbol.for('pgfence.reportBounce');
 export interface BounceReporter {
   [reportBounce](name: string, queue: string, jobId: string, waitMs: number | null): void;
+}
+
+/** A locker's events and their payloads (`locker.on('lost', (ev) => ...)` is typed by this). */
+export interface LockerEvents {
+  acquired: [event: AcquiredEvent];
+  released: [event: ReleasedEvent];
+  timeout: [event: TimeoutEvent];
+  lost: [event: LostEvent];
+  contention: [event: ContentionEvent];
+  /** From pgfence/pg-boss: a job went back to pg-boss because its key was busy. */
+  bounce: [event: BounceEvent];
 }
 
 /** Counters since the locker was created, plus what is held and waiting now. */
@@ -76,7 +88,7 @@ export class Observer {
   private readonly logs: boolean;
 
   constructor(
-    private readonly emitter: EventEmitter,
+    private readonly emitter: EventEmitter<LockerEvents>,
     private readonly logger: Logger,
     meter: Meter | undefined,
     heldNow: () => number,
@@ -85,7 +97,7 @@ export class Observer {
     this.logs = logger !== silentLogger;
   }
 
-  private wanted(event: string): boolean {
+  private wanted(event: keyof LockerEvents): boolean {
     return this.logs || this.instruments !== null || this.emitter.listenerCount(event) > 0;
   }
 
@@ -116,7 +128,7 @@ export class Observer {
     this.emitter.emit('timeout', ev);
   }
 
-  lost(lock: HeldLockInfo, holdMs: number, reason: string, error: Error): void {
+  lost(lock: HeldLockInfo, holdMs: number, reason: LockLostReason, error: LockLostError): void {
     this.counts.lost++;
     const ev: LostEvent = { ...snapshot(lock), token: lock.token, holdMs, reason, error };
     this.instruments?.lost(ev);

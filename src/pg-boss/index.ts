@@ -2,10 +2,10 @@
  * "pgfence/pg-boss": pg-boss workers whose jobs that share a key never run at the same time.
  *
  * pg-boss is an optional peer: this module never loads it, not even its types. It talks to the boss
- * it is given through the few methods of BossLike, which pg-boss 10 has (tested) and the later
- * versions document (work, fail, the 'stopped' event).
+ * it is given through the few methods of BossLike (work, fail, the 'stopped' event), which pg-boss
+ * 10 and 12 (both tested) and 11 have.
  */
-import { InvalidArgumentError, PgfenceError, type Locker, type LockHandle } from '../index.js';
+import { InvalidArgumentError, PgfenceError, type FencedLockHandle, type Locker, type LockHandle, type LockLostError } from '../index.js';
 import { reportBounce, type BounceReporter } from '../observe/observer.js';
 import { runHolding } from '../advisory/nesting.js';
 import { optionKeys, optionsObject } from '../options.js';
@@ -15,7 +15,7 @@ export interface BossJob<T = object> {
   id: string;
   name: string;
   data: T;
-  /** pg-boss >= 11: aborts when the job expires or the boss stops. pg-boss 10 has none. */
+  /** pg-boss 12: aborts when the batch expires, the boss stops or the job's claim is lost. pg-boss 10 and 11 have none. */
   signal?: AbortSignal;
   /** The job's expiry (pg-boss 10 delivers it as a numeric string). */
   expireInSeconds?: number | string;
@@ -27,14 +27,31 @@ export interface BossJob<T = object> {
 /** The job the handler receives: the pg-boss job, with the one signal to watch. */
 export type LockedJob<T = object> = BossJob<T> & {
   /**
-   * Aborts the moment the work should stop, with the cause as its reason: the key's lock was lost
-   * (`LockLostError`, the same as `lock.signal`), the job expired (pg-boss >= 11: pg-boss's reason;
-   * pg-boss 10: a `PgfenceError` with code `PGFENCE_JOB_EXPIRED`, timed from `expireInSeconds`), or
-   * the boss stopped (pg-boss >= 11: pg-boss's reason; pg-boss 10: code `PGFENCE_BOSS_STOPPED`,
-   * when the boss emits 'stopped', that is after a graceful stop gave up waiting for the handler).
+   * Aborts the moment the work should stop, with the cause as its reason ({@link JobStopReason}),
+   * the same on every pg-boss major: the key's lock was lost (`LockLostError`, the same as
+   * `lock.signal`); the job expired (`PGFENCE_JOB_EXPIRED`: pg-boss 12 times the batch itself and
+   * aborts, pg-boss 10 and 11 abort nothing, so pgfence times `expireInSeconds` from delivery);
+   * the boss stopped (`PGFENCE_BOSS_STOPPED`: pg-boss 12 aborts the worker after a graceful stop
+   * gave up waiting, pg-boss 10 and 11 emit 'stopped' then); or pg-boss 12 aborted the job for
+   * another reason, such as a lost claim (`PGFENCE_JOB_ABORTED`). pg-boss's own reason, if any, is
+   * the `cause`.
    */
   readonly signal: AbortSignal;
 };
+
+/** Why a job's signal aborted: see {@link LockedJob.signal}. */
+export type JobStopReason = LockLostError | JobStoppedError;
+
+/** pg-boss stopped a job (expiry, stop, or an abort of its own): the reason of a job's signal. */
+export class JobStoppedError extends PgfenceError {
+  declare readonly code: 'PGFENCE_JOB_EXPIRED' | 'PGFENCE_BOSS_STOPPED' | 'PGFENCE_JOB_ABORTED';
+  /** null when the boss stopped (one reason shared by its running jobs). */
+  readonly jobId: string | null;
+  constructor(code: JobStoppedError['code'], jobId: string | null, message: string, options?: { cause?: unknown }) {
+    super(code, message, options);
+    this.jobId = jobId;
+  }
+}
 
 /** pg-boss `work()` options, passed through (`batchSize`, `pollingIntervalSeconds`, `includeMetadata`, ...). */
 export interface BossWorkOptions {
@@ -47,7 +64,6 @@ export interface BossWorkOptions {
 
 /** What workWithLock needs of a PgBoss instance. */
 export interface BossLike {
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
   work(name: string, options: BossWorkOptions, handler: (jobs: any[]) => Promise<unknown>): Promise<string>;
   fail(name: string, id: string, data: object): Promise<unknown>;
   once?(event: 'stopped', listener: () => void): unknown;
@@ -133,8 +149,23 @@ export async function workWithLock<T = object>(
   boss: BossLike,
   locker: Locker,
   queue: string,
+  options: WorkWithLockOptions<T> & { fencing: true },
+  handler: (job: LockedJob<T>, lock: FencedLockHandle) => Promise<unknown>,
+): Promise<string>;
+export async function workWithLock<T = object>(
+  boss: BossLike,
+  locker: Locker,
+  queue: string,
   options: WorkWithLockOptions<T>,
   handler: (job: LockedJob<T>, lock: LockHandle) => Promise<unknown>,
+): Promise<string>;
+// handler takes a FencedLockHandle only under the fencing overload, where the token is there.
+export async function workWithLock<T = object>(
+  boss: BossLike,
+  locker: Locker,
+  queue: string,
+  options: WorkWithLockOptions<T>,
+  handler: (job: LockedJob<T>, lock: FencedLockHandle) => Promise<unknown>,
 ): Promise<string> {
   const o = checkArguments(boss, locker, queue, options, handler);
   const { key, waitMs, fencing } = o;
@@ -146,11 +177,11 @@ export async function workWithLock<T = object>(
     return error;
   };
 
-  async function runJob(job: BossJob<T>, name: string, busy: { bounced: boolean }): Promise<Outcome> {
+  async function runJob(job: BossJob<T>, name: string, busy: { bounced: boolean }, batch: BatchClock): Promise<Outcome> {
     const retries = { retryCount: job.retryCount, retryLimit: job.retryLimit };
     if (busy.bounced) return { ok: false, error: jsonError(bounced(job, new KeyBusyError(name, job.id, null, retries))) };
     const expiry = job.signal ? null : expiryTimer(job);
-    const external = anySignal(job.signal, expiry?.signal, stopped);
+    const external = anySignal(job.signal && bossJobSignal(job, job.signal, batch), expiry?.signal, stopped);
     let acquired = false;
     try {
       const value = await locker.withLock(
@@ -159,7 +190,7 @@ export async function workWithLock<T = object>(
           acquired = true;
           const locked = { ...job, signal: anySignal(external, lock.signal) } as LockedJob<T>;
           // Locks the handler takes are nested in the job's: a NestedLockError then names the handler and the fix.
-          const result = await runHolding(locker, lock, () => handler(locked, lock), 'a workWithLock handler');
+          const result = await runHolding(locker, lock, () => handler(locked, lock as FencedLockHandle), 'a workWithLock handler');
           if (lock.signal.aborted) throw lock.signal.reason;
           return result;
         },
@@ -180,6 +211,7 @@ export async function workWithLock<T = object>(
   }
 
   return boss.work(queue, o.workOptions, async (jobs: BossJob<T>[]) => {
+    const batch = batchClock(jobs);
     const outcomes = new Map<BossJob<T>, Outcome>();
     // Jobs of one key, in delivery order, run one after another; keys run concurrently.
     const lines = new Map<string, { job: BossJob<T>; name: string }[]>();
@@ -194,7 +226,7 @@ export async function workWithLock<T = object>(
     await Promise.all(
       [...lines.values()].map(async (line) => {
         const busy = { bounced: false };
-        for (const { job, name } of line) outcomes.set(job, await runJob(job, name, busy));
+        for (const { job, name } of line) outcomes.set(job, await runJob(job, name, busy, batch));
       }),
     );
 
@@ -293,13 +325,49 @@ function anySignal(...signals: (AbortSignal | undefined)[]): AbortSignal {
   return present.length === 1 ? present[0]! : AbortSignal.any(present);
 }
 
-/** pg-boss 10 gives a job no signal: time its expiry here, from when the worker got it. */
+/** When pg-boss handed over a batch, and when it fails the batch as expired (pg-boss 12 times the batch's longest expireInSeconds). */
+interface BatchClock {
+  receivedAt: number;
+  expireMs: number;
+}
+
+function batchClock(jobs: BossJob<unknown>[]): BatchClock {
+  const seconds = jobs.map((j) => Number(j.expireInSeconds)).filter((n) => Number.isFinite(n) && n > 0);
+  return { receivedAt: performance.now(), expireMs: seconds.length > 0 ? Math.max(1, ...seconds) * 1000 : Infinity };
+}
+
+/** pg-boss starts its batch timer just after calling the handler, so our clock reads at least expireMs at its abort; this absorbs timer rounding. */
+const EXPIRY_SLACK_MS = 50;
+
+/**
+ * pg-boss 12 aborts a job's signal with a bare AbortError both when the batch expires and when the
+ * boss stops (a lost claim gets an Error of its own): name the cause, and keep pg-boss's reason as
+ * the cause.
+ */
+function bossJobSignal(job: BossJob<unknown>, signal: AbortSignal, batch: BatchClock): AbortSignal {
+  const controller = new AbortController();
+  const translate = () => {
+    const cause: unknown = signal.reason;
+    if (performance.now() - batch.receivedAt >= batch.expireMs - EXPIRY_SLACK_MS) {
+      controller.abort(new JobStoppedError('PGFENCE_JOB_EXPIRED', job.id, `job ${job.id} ran past its expireInSeconds (${batch.expireMs / 1000} s); pg-boss fails it`, { cause }));
+    } else if ((cause as Error | null)?.name === 'AbortError') {
+      controller.abort(new JobStoppedError('PGFENCE_BOSS_STOPPED', job.id, `pg-boss stopped the worker (stop() or offWork()) while job ${job.id} was running`, { cause }));
+    } else {
+      controller.abort(new JobStoppedError('PGFENCE_JOB_ABORTED', job.id, `pg-boss aborted job ${job.id}: ${(cause as Error | null)?.message ?? String(cause)}`, { cause }));
+    }
+  };
+  if (signal.aborted) translate();
+  else signal.addEventListener('abort', translate, { once: true });
+  return controller.signal;
+}
+
+/** pg-boss 10 and 11 give a job no signal: time its expiry here, from when the worker got it. */
 function expiryTimer(job: BossJob<unknown>): { signal: AbortSignal; clear(): void } | null {
   const seconds = Number(job.expireInSeconds);
   if (!Number.isFinite(seconds) || seconds <= 0) return null;
   const controller = new AbortController();
   const timer = setTimeout(
-    () => controller.abort(new PgfenceError('PGFENCE_JOB_EXPIRED', `job ${job.id} ran past its expireInSeconds (${seconds} s); pg-boss fails it`)),
+    () => controller.abort(new JobStoppedError('PGFENCE_JOB_EXPIRED', job.id, `job ${job.id} ran past its expireInSeconds (${seconds} s); pg-boss fails it`)),
     Math.min(seconds * 1000, 2 ** 31 - 1),
   );
   timer.unref();
@@ -313,7 +381,7 @@ function stopSignal(boss: BossLike): AbortSignal | undefined {
   const current = stopSignals.get(boss);
   if (current && !current.aborted) return current;
   const controller = new AbortController();
-  boss.once('stopped', () => controller.abort(new PgfenceError('PGFENCE_BOSS_STOPPED', 'pg-boss stopped while the job was running')));
+  boss.once('stopped', () => controller.abort(new JobStoppedError('PGFENCE_BOSS_STOPPED', null, 'pg-boss stopped while the job was running')));
   stopSignals.set(boss, controller.signal);
   return controller.signal;
 }

@@ -31,7 +31,6 @@ export function colourWanted(stream: NodeJS.WriteStream): boolean {
 
 /** Visible length (without ANSI sequences). */
 export function visibleLength(s: string): number {
-  // eslint-disable-next-line no-control-regex
   return [...s.replace(/\x1b\[[0-9;]*m/g, '')].length;
 }
 
