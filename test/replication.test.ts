@@ -63,6 +63,16 @@ async function issueTokens(locker: Locker, name: string, count: number): Promise
   return tokens;
 }
 
+async function lockedOn(url: string, key: bigint): Promise<boolean> {
+  const rows = await sql<{ n: number }>(
+    url,
+    `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND granted
+      AND ((classid::int8 << 32) | objid::int8) = $1::int8`,
+    [key.toString()],
+  );
+  return rows[0]!.n > 0;
+}
+
 const max = (xs: bigint[]) => xs.reduce((a, b) => (b > a ? b : a));
 
 describe.skipIf(!bin)('failover on streaming replication', () => {
@@ -72,20 +82,35 @@ describe.skipIf(!bin)('failover on streaming replication', () => {
     const issued = await issueTokens(before, 'ha:account', 20);
     const held = await before.acquire('ha:held', { fencing: true });
     issued.push(held.token!);
+    // A locker on both hosts, the standby named first: its sessions go to the primary all the same.
+    const both = open(`postgresql://postgres@127.0.0.1:${p.standby.port},127.0.0.1:${p.primary.port}/pgfence_ha?target_session_attrs=read-write`);
+    const heldByBoth = await both.acquire('ha:both');
+    expect(await lockedOn(p.primary.url, heldByBoth.key)).toBe(true);
+    issued.push(...(await issueTokens(both, 'ha:account', 2)));
     await p.caughtUp();
 
     await p.primary.ctl('stop', '-m', 'immediate');
-    await eventually(() => held.signal.aborted);
-    expect(held.signal.reason).toBeInstanceOf(LockLostError);
-    expect((held.signal.reason as LockLostError).reason).toBe('session-lost');
+    for (const h of [held, heldByBoth]) {
+      await eventually(() => h.signal.aborted);
+      expect(h.signal.reason).toBeInstanceOf(LockLostError);
+      expect((h.signal.reason as LockLostError).reason).toBe('session-lost');
+    }
 
     await p.standby.ctl('promote', '-w');
+    // The multi-host locker finds the new primary by itself.
+    const again = await both.acquire('ha:both', { timeoutMs: 30_000 });
+    expect(await lockedOn(p.standby.url, again.key)).toBe(true);
+    const viaBoth = await issueTokens(both, 'ha:account', 2);
+    expect(viaBoth[0]! > max(issued)).toBe(true);
+    await again.release();
+    issued.push(...viaBoth);
+
     const after = open(p.standby.url);
     const next = await issueTokens(after, 'ha:account', 4);
     expect(next[0]! > max(issued)).toBe(true);
     expect(next.every((t, i) => i === 0 || t > next[i - 1]!)).toBe(true);
     // The promoted server is on timeline 2: its tokens start at 1 << 48.
-    expect(next[0]).toBe((1n << 48n) + 0n);
+    expect(viaBoth[0]).toBe(1n << 48n);
   });
 
   it('a token issued after a promotion exceeds the tokens lost with the old primary (async), and those are refused', async () => {

@@ -5,6 +5,7 @@
  */
 
 import pg from 'pg';
+import { openPool } from '../session/multi-host.js';
 import { inspectDatabase, type LockEntry, type LockReport } from '../observe/inspect.js';
 import { booleanFlag, formatMs, numberFlag, type ParsedArgs } from './args.js';
 import { noPositionals, runCommand, type CommandSpec } from './command.js';
@@ -48,8 +49,7 @@ export async function run(argv: string[]): Promise<number> {
   return runCommand(spec, argv, async (args) => {
     noPositionals(args);
     const url = databaseUrl(args);
-    const pool = new pg.Pool({
-      connectionString: withApplicationName(url, 'pgfence status'),
+    const pool = openPool(withApplicationName(url, 'pgfence status'), {
       max: 1,
       connectionTimeoutMillis: 10_000,
       query_timeout: 15_000,

@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { connectionConfig } from './connection-config.js';
+import { openPool } from './multi-host.js';
 import type { Logger } from '../observe/logger.js';
 
 /** A connection pinned for a long time (a session or the listener) and how to give it back. */
@@ -26,9 +26,8 @@ export class ConnectionSource {
       this.pool = opts.pool;
       this.ownsPool = false;
     } else {
-      this.pool = new pg.Pool({
-        // A URL or libpq keyword/value settings; a bad one throws here, before any I/O.
-        ...connectionConfig(opts.connectionString),
+      // A URL or libpq keyword/value settings, one host or several; a bad one throws here, before any I/O.
+      this.pool = openPool(opts.connectionString, {
         application_name: 'pgfence',
         max: opts.poolSize,
         connectionTimeoutMillis: opts.connectTimeoutMs,
