@@ -3,6 +3,9 @@
  * own PostgreSQL binaries, the primary crashed (`-m immediate`), the standby promoted. Skipped (with
  * the reason) where the machine has no server binaries to start them with.
  */
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createLocker, fencedUpdate, fencingColumnSql, LockLostError, type Locker } from '../src/index.js';
@@ -10,6 +13,7 @@ import { migrate } from '../src/migrate/index.js';
 import { eventually } from './support/db.js';
 import { replicationBinaries, startReplicaPair, type ReplicaPair } from './support/replication.js';
 
+const run = promisify(execFile);
 const bin = replicationBinaries();
 if (!bin) console.log('[replication.test] skipped: no /usr/lib/postgresql/N/bin with initdb, pg_ctl and pg_basebackup');
 
@@ -30,10 +34,15 @@ async function pair(label: string): Promise<ReplicaPair> {
   return p;
 }
 
-function open(url: string): Locker {
+function open(url: string): Locker & { url: string } {
   const l = createLocker({ connectionString: url });
   lockers.push(l);
-  return l;
+  return Object.assign(l, { url });
+}
+
+async function runCli(args: string[]): Promise<string> {
+  const { stdout } = await run(process.execPath, [fileURLToPath(new URL('../dist/cli/main.js', import.meta.url)), ...args], { timeout: 30_000 });
+  return stdout;
 }
 
 async function sql<R extends pg.QueryResultRow = pg.QueryResultRow>(url: string, text: string, values: unknown[] = []): Promise<R[]> {
@@ -85,9 +94,23 @@ describe.skipIf(!bin)('failover on streaming replication', () => {
     // A locker on both hosts, the standby named first: its sessions go to the primary all the same.
     const both = open(`postgresql://postgres@127.0.0.1:${p.standby.port},127.0.0.1:${p.primary.port}/pgfence_ha?target_session_attrs=read-write`);
     const heldByBoth = await both.acquire('ha:both');
+    const carried = await both.lease('ha:carried', { ttlMs: 120_000 });
     expect(await lockedOn(p.primary.url, heldByBoth.key)).toBe(true);
     issued.push(...(await issueTokens(both, 'ha:account', 2)));
     await p.caughtUp();
+
+    // Replication safety, as inspect() and `pgfence status` report it: asynchronous, then synchronous.
+    expect((await both.inspect()).replication).toMatchObject({
+      standby: false, timeline: 1, synchronousStandbyNames: '', synchronous: false,
+      standbys: [{ name: 'walreceiver', state: 'streaming', syncState: 'async' }],
+    });
+    const status = await runCli(['status', '--database-url', both.url]);
+    expect(status).toContain('replication: asynchronous (walreceiver streaming/async), timeline 1: a failover can lose');
+    await sql(p.primary.url, `ALTER SYSTEM SET synchronous_standby_names = '*'`);
+    await sql(p.primary.url, 'SELECT pg_reload_conf()');
+    await eventually(async () => (await both.inspect()).replication.synchronous);
+    expect(await runCli(['status', '--database-url', both.url])).toContain('replication: synchronous (walreceiver streaming/sync), timeline 1');
+    issued.push(...(await issueTokens(both, 'ha:account', 2))); // commits wait for the standby: nothing to lose
 
     await p.primary.ctl('stop', '-m', 'immediate');
     for (const h of [held, heldByBoth]) {
@@ -97,6 +120,9 @@ describe.skipIf(!bin)('failover on streaming replication', () => {
     }
 
     await p.standby.ctl('promote', '-w');
+    // A lease whose row reached the standby carries on there (same token), by the new primary's clock.
+    expect(await carried.renew()).toBe(true);
+    expect(carried.signal.aborted).toBe(false);
     // The multi-host locker finds the new primary by itself.
     const again = await both.acquire('ha:both', { timeoutMs: 30_000 });
     expect(await lockedOn(p.standby.url, again.key)).toBe(true);
@@ -116,11 +142,14 @@ describe.skipIf(!bin)('failover on streaming replication', () => {
   it('a token issued after a promotion exceeds the tokens lost with the old primary (async), and those are refused', async () => {
     const p = await pair('async');
     const locker = open(p.primary.url);
+    const both = open(`postgresql://postgres@127.0.0.1:${p.primary.port},127.0.0.1:${p.standby.port}/pgfence_ha?target_session_attrs=primary`);
     const replicated = await issueTokens(locker, 'ha:account', 6);
+    const kept = await both.lease('ha:kept', { ttlMs: 120_000 });
     await p.caughtUp();
     // The standby falls behind: what the primary issues now is lost when it crashes.
     await p.standby.ctl('stop', '-m', 'fast');
     const lost = await issueTokens(locker, 'ha:account', 10);
+    const lostLease = await both.lease('ha:lost', { ttlMs: 120_000 });
     const stale = max(lost);
     const oldPool = new pg.Pool({ connectionString: p.primary.url, max: 1 });
     const w = await fencedUpdate(oldPool, { table: 'accounts', set: { balance: 1 }, where: { id: 1 }, token: stale });
@@ -134,6 +163,15 @@ describe.skipIf(!bin)('failover on streaming replication', () => {
     const [row] = await sql<{ token: string }>(p.standby.url, `SELECT token::text FROM pgfence.fencing_tokens`);
     expect(BigInt(row!.token)).toBe(max(replicated));
     expect(BigInt(row!.token) < stale).toBe(true);
+
+    // Leases are re-decided by the new primary: the replicated one carries on; the lost one is free
+    // there at once (a second holder gets in), and its old holder hears so at its next renewal.
+    expect(await kept.renew()).toBe(true);
+    const second = await open(p.standby.url).tryLease('ha:lost', { ttlMs: 60_000 });
+    expect(second).not.toBeNull();
+    expect(second!.token > lostLease.token).toBe(true);
+    expect(await lostLease.renew()).toBe(false);
+    expect(lostLease.signal.reason).toMatchObject({ reason: 'lease-stolen' });
 
     const after = open(p.standby.url);
     const lease = await after.lease('ha:account', { ttlMs: 60_000 });

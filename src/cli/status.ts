@@ -127,6 +127,22 @@ export function lockLabel(name: string | null, namespace: string | null, key: bi
 }
 
 /** The report as text: a locks table, a leases table, and notes. */
+/** One line on what a failover would lose (README, "High availability"). */
+export function replicationLine(r: LockReport['replication']): string {
+  if (r.standby) return 'replication: this server is a standby (in recovery): pgfence cannot lock or issue tokens here';
+  const standbys = r.standbys.map((s) => `${s.name || '?'} ${s.state ?? '?'}/${s.syncState ?? '?'}`).join(', ');
+  const timeline = `timeline ${r.timeline}`;
+  if (r.synchronous) return `replication: synchronous (${standbys}), ${timeline}: a failover keeps every committed token and lease`;
+  if (r.synchronousStandbyNames.trim() !== '') {
+    return `replication: synchronous_standby_names is set but no synchronous standby is streaming (${standbys || 'none'}), ${timeline}: commits wait, grants time out`;
+  }
+  if (r.standbys.length === 0) return `replication: no standby streaming, ${timeline}`;
+  return (
+    `replication: asynchronous (${standbys}), ${timeline}: a failover can lose the last ` +
+    'lease rows (a second holder may get in; fencing still refuses its stale writes)'
+  );
+}
+
 export function renderReport(report: LockReport): string {
   const now = report.at.getTime();
   const held = report.locks.filter((l) => l.state === 'held').length;
@@ -146,6 +162,7 @@ export function renderReport(report: LockReport): string {
       out.push('(">=": a lower bound, from the holder\'s transaction or connection start)');
     }
   }
+  out.push('', replicationLine(report.replication));
   out.push('');
   if (!report.schema) {
     out.push("pgfence's schema is not in this database: locks are listed by key, and leases are not shown.");
