@@ -1,4 +1,7 @@
 // Connection strings as libpq reads them: URLs, keyword/value settings, the PG* environment.
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { createLocker, InvalidArgumentError, migrate } from '../src/index.js';
 import { connectionTargets, parseKeywordValue, resolveConnectionString } from '../src/session/connection-config.js';
@@ -122,5 +125,11 @@ describe('several hosts, as libpq takes them', () => {
     expect(lease.token > 0n).toBe(true);
     await lease.release();
     await lock.release();
+    // The command line reads the same strings.
+    const main = fileURLToPath(new URL('../dist/cli/main.js', import.meta.url));
+    for (const command of ['migrate', 'status']) {
+      const { stdout } = await promisify(execFile)(process.execPath, [main, command, '--database-url', url], { timeout: 30_000 });
+      expect(stdout, command).toMatch(command === 'status' ? /replication: no standby streaming, timeline 1/ : /up to date|applied|nothing/i);
+    }
   });
 });

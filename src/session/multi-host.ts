@@ -169,3 +169,11 @@ export function openPool(connectionString: string | undefined, config: pg.PoolCo
   if (targets) return targetedPool(targets, config);
   return new pg.Pool({ ...connectionConfig(connectionString), ...config });
 }
+
+/** One client for a connection string: to the first host that fits when it names several. */
+export function openClient(connectionString: string | undefined, config: pg.ClientConfig): pg.Client {
+  const targets = connectionTargets(connectionString);
+  if (!targets) return new pg.Client({ ...connectionConfig(connectionString), ...config });
+  const Client = targetedClient(new HostSelector(targets, { ...config, connectionString: targets.baseUrl }));
+  return new Client({ ...config, connectionString: targets.baseUrl });
+}
