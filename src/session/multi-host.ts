@@ -115,6 +115,7 @@ function targetedClient(selector: HostSelector): typeof pg.Client {
       }
       const role = await roleOf(this).catch((err: unknown) => {
         selector.forget(host);
+        this.end().catch(() => {});
         throw new WrongHostError(`pgfence: ${describe(host)} failed: ${(err as Error).message}`, { cause: err });
       });
       if (!fits(role, selector.targets.targetSessionAttrs)) {
