@@ -1,19 +1,36 @@
 -- Fencing tokens: one counter per key, shared by every kind of exclusive grant (session locks,
 -- transaction locks, leases). Re-applied by migrate() whenever this file changes.
 
--- The next token of a key: 1, 2, 3, ... It never wraps: at the int64 maximum it raises instead.
--- The caller's statement or transaction commits it together with the grant it belongs to.
+-- The next token of a key. It never wraps: at the int64 maximum it raises instead. The caller's
+-- statement or transaction commits it together with the grant it belongs to.
+--
+-- Tokens survive failover: a promotion starts a new timeline, and the first token issued on timeline T
+-- is at least (T - 1) << 48 (the timeline in the high bits, a counter in the low 48). A commit lost with
+-- the old primary (asynchronous replication) can set the stored counter back, but never past the new
+-- timeline's floor, so a token issued after a promotion exceeds every token issued before it, lost ones
+-- included, as long as one key takes fewer than 2^48 tokens on one timeline. On timeline 1 tokens are
+-- 1, 2, 3, ... as before; older tokens (plain counter values) stay below every later one.
+-- The timeline is the WAL insert timeline (pg_walfile_name of the current LSN), which a promoted server
+-- switches to before it accepts writes; pg_control_checkpoint() would lag until the end-of-recovery
+-- checkpoint.
 CREATE OR REPLACE FUNCTION pgfence.next_token(p_key bigint) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
+  timeline bigint := ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint;
+  floor_token bigint;
   issued bigint;
 BEGIN
+  IF timeline > 32768 THEN  -- (32768 - 1) << 48 is the last floor below the int64 maximum
+    RAISE EXCEPTION 'pgfence: the fencing tokens of key % are exhausted (timeline % is beyond 32768)', p_key, timeline
+      USING ERRCODE = 'PGF02';
+  END IF;
+  floor_token := (timeline - 1) << 48;
   -- A token must be durable before anyone acts on it, whatever the server's default.
   PERFORM set_config('synchronous_commit', 'on', true);
   INSERT INTO pgfence.fencing_tokens AS t (key, token)
-  VALUES (p_key, 1)
+  VALUES (p_key, greatest(1, floor_token))
   ON CONFLICT (key) DO UPDATE
-    SET token = CASE WHEN t.token < 9223372036854775807 THEN t.token + 1 END,  -- NULL violates NOT NULL
+    SET token = CASE WHEN t.token < 9223372036854775807 THEN greatest(t.token + 1, floor_token) END,  -- NULL violates NOT NULL
         updated_at = now()
   RETURNING t.token INTO issued;
   RETURN issued;

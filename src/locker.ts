@@ -33,7 +33,11 @@ import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 
 export interface LockerOptions {
-  /** A PostgreSQL URL; the locker builds its own pool from it. */
+  /**
+   * A PostgreSQL URL or libpq keyword/value settings; the locker builds its own pool from it. Several
+   * hosts (`postgresql://h1:5432,h2:5432/db?target_session_attrs=read-write`) send every new
+   * connection to the current primary.
+   */
   connectionString?: string;
   /** Or a pool to pin the locker's connections from, for the locker's lifetime. */
   pool?: pg.Pool;

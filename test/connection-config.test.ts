@@ -1,7 +1,11 @@
 // Connection strings as libpq reads them: URLs, keyword/value settings, the PG* environment.
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { createLocker, InvalidArgumentError, migrate } from '../src/index.js';
-import { parseKeywordValue, resolveConnectionString } from '../src/session/connection-config.js';
+import { connectionTargets, parseKeywordValue, resolveConnectionString } from '../src/session/connection-config.js';
+import { freePort } from './support/server.js';
 import { track, useMigratedDatabase } from './support/db.js';
 
 let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
@@ -75,5 +79,57 @@ describe('keyword/value settings', () => {
     const held = (await locker.inspect()).locks.find((l) => l.name === 'kv:lock' || l.key === lock.key)!;
     expect(held.applicationName).toBe('pgfence kv');
     await lock.release();
+  });
+});
+
+describe('several hosts, as libpq takes them', () => {
+  it('reads comma-separated hosts and target_session_attrs from URLs, keyword/value settings and PGHOST', () => {
+    expect(connectionTargets('postgresql://u:p@h1:5432,h2:5433,[::1]/db?target_session_attrs=read-write&sslmode=disable', {})).toEqual({
+      hosts: [{ host: 'h1', port: 5432 }, { host: 'h2', port: 5433 }, { host: '::1', port: undefined }],
+      targetSessionAttrs: 'read-write',
+      baseUrl: 'postgresql://u:p@h1:5432/db?sslmode=disable',
+    });
+    expect(resolveConnectionString('host=h1,h2 port=5432,5433 dbname=app target_session_attrs=primary', {})).toBe(
+      'postgresql://h1:5432,h2:5433/app?target_session_attrs=primary',
+    );
+    expect(connectionTargets('host=h1,h2 port=6000 dbname=app', {})!.hosts).toEqual([{ host: 'h1', port: 6000 }, { host: 'h2', port: 6000 }]);
+    expect(connectionTargets(undefined, { PGHOST: 'a,b', PGDATABASE: 'd' })!.targetSessionAttrs).toBe('any');
+    // One host that any session may use: node-postgres connects as always.
+    expect(connectionTargets('postgresql://h1:5432/db', {})).toBeNull();
+    expect(connectionTargets('postgresql://h1/db?target_session_attrs=read-write', {})!.hosts).toHaveLength(1);
+  });
+
+  it('refuses what cannot work for locks, before any I/O', () => {
+    const bad: [string, RegExp][] = [
+      ['postgresql://h1,h2/db?target_session_attrs=standby', /target_session_attrs=standby: pgfence locks on the primary/],
+      ['postgresql://h1,h2/db?target_session_attrs=prefer-standby', /pgfence locks on the primary/],
+      ['postgresql://h1,h2/db?target_session_attrs=rw', /expected read-write, primary or any, got "rw"/],
+      ['postgresql://h1,,h2/db', /invalid host "" in the host list/],
+      ['postgresql://h1:x,h2/db', /invalid host "h1:x"/],
+      ['host=h1,h2,h3 port=1,2 dbname=d', /3 hosts but 2 ports/],
+    ];
+    for (const [text, message] of bad) {
+      expect(() => resolveConnectionString(text, {}), text).toThrow(InvalidArgumentError);
+      expect(() => createLocker({ connectionString: text }), text).toThrow(message);
+    }
+  });
+
+  it('a locker skips a host that does not answer and locks on the next', async () => {
+    const u = new URL(db.url);
+    const dead = await freePort();
+    const url = `postgresql://${u.username}${u.password ? `:${u.password}` : ''}@127.0.0.1:${dead},${u.host}${u.pathname}?target_session_attrs=read-write`;
+    await expect(migrate({ connectionString: url })).resolves.toEqual({ applied: [] });
+    const locker = track(createLocker({ connectionString: url }));
+    const lock = await locker.acquire('multi:lock', { fencing: true });
+    const lease = await locker.lease('multi:lease');
+    expect(lease.token > 0n).toBe(true);
+    await lease.release();
+    await lock.release();
+    // The command line reads the same strings.
+    const main = fileURLToPath(new URL('../dist/cli/main.js', import.meta.url));
+    for (const command of ['migrate', 'status']) {
+      const { stdout } = await promisify(execFile)(process.execPath, [main, command, '--database-url', url], { timeout: 30_000 });
+      expect(stdout, command).toMatch(command === 'status' ? /replication: no standby streaming, timeline 1/ : /up to date|applied|nothing/i);
+    }
   });
 });

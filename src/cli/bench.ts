@@ -11,6 +11,7 @@ import { createLocker, type Locker } from '../locker.js';
 import { numberFlag } from './args.js';
 import { noPositionals, runCommand, type CommandSpec } from './command.js';
 import { databaseFlag, databaseHelp, databaseUrl, redactUrl, withApplicationName } from './database.js';
+import { openClient } from '../session/multi-host.js';
 import { EXIT } from './exit-codes.js';
 import { fmt, table } from './format.js';
 
@@ -72,7 +73,7 @@ function percentile(values: number[], p: number): number {
 }
 
 async function connect(url: string, applicationName: string): Promise<pg.Client> {
-  const client = new pg.Client({ connectionString: withApplicationName(url, applicationName), connectionTimeoutMillis: 10_000 });
+  const client = openClient(withApplicationName(url, applicationName), { connectionTimeoutMillis: 10_000 });
   client.on('error', () => {}); // a lost connection surfaces as a failed query
   await client.connect();
   return client;

@@ -5,7 +5,7 @@
  */
 
 import { InvalidArgumentError } from '../errors.js';
-import { hasLibpqEnv, resolveConnectionString } from '../session/connection-config.js';
+import { hasLibpqEnv, isUrl, resolveConnectionString } from '../session/connection-config.js';
 import type { FlagSpec, ParsedArgs } from './args.js';
 import { UsageError, stringFlag } from './args.js';
 
@@ -55,16 +55,18 @@ export function databaseUrl(args: ParsedArgs, env: NodeJS.ProcessEnv = process.e
  * already has one; connection strings that are not URLs are left as they are.
  */
 export function withApplicationName(url: string, applicationName: string): string {
+  // PostgreSQL keeps 63 bytes of it.
+  let name = applicationName;
+  while (Buffer.byteLength(name) > 63) name = name.slice(0, -1);
   let u: URL;
   try {
     u = new URL(url);
   } catch {
-    return url;
+    // Several hosts (h1:5432,h2:5433) are no WHATWG URL: add the parameter as text.
+    if (!isUrl(url) || /[?&]application_name=/.test(url)) return url;
+    return `${url}${url.includes('?') ? '&' : '?'}application_name=${encodeURIComponent(name)}`;
   }
   if (u.searchParams.has('application_name')) return url;
-  // PostgreSQL keeps 63 bytes of it.
-  let name = applicationName;
-  while (Buffer.byteLength(name) > 63) name = name.slice(0, -1);
   u.searchParams.set('application_name', name);
   return u.toString();
 }
@@ -77,6 +79,6 @@ export function redactUrl(url: string): string {
     if (u.searchParams.has('password')) u.searchParams.set('password', '***');
     return u.toString();
   } catch {
-    return url.replace(/password=\S+/gi, 'password=***');
+    return url.replace(/password=[^\s&]+/gi, 'password=***').replace(/^(postgres(?:ql)?:\/\/[^:/@]*:)[^@/]*@/i, '$1***@');
   }
 }

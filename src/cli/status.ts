@@ -5,6 +5,7 @@
  */
 
 import pg from 'pg';
+import { openPool } from '../session/multi-host.js';
 import { inspectDatabase, type LockEntry, type LockReport } from '../observe/inspect.js';
 import { clientLike, detectPinning, type Pinning } from '../session/pooler-detection.js';
 import { booleanFlag, formatMs, numberFlag, type ParsedArgs } from './args.js';
@@ -49,8 +50,7 @@ export async function run(argv: string[]): Promise<number> {
   return runCommand(spec, argv, async (args) => {
     noPositionals(args);
     const url = databaseUrl(args);
-    const pool = new pg.Pool({
-      connectionString: withApplicationName(url, 'pgfence status'),
+    const pool = openPool(withApplicationName(url, 'pgfence status'), {
       max: 1,
       connectionTimeoutMillis: 10_000,
       query_timeout: 15_000,
@@ -139,6 +139,22 @@ export function lockLabel(name: string | null, namespace: string | null, key: bi
 }
 
 /** The report as text: a locks table, a leases table, and notes. */
+/** One line on what a failover would lose (README, "High availability"). */
+export function replicationLine(r: LockReport['replication']): string {
+  if (r.standby) return 'replication: this server is a standby (in recovery): pgfence cannot lock or issue tokens here';
+  const standbys = r.standbys.map((s) => `${s.name || '?'} ${s.state ?? '?'}/${s.syncState ?? '?'}`).join(', ');
+  const timeline = `timeline ${r.timeline}`;
+  if (r.synchronous) return `replication: synchronous (${standbys}), ${timeline}: a failover keeps every committed token and lease`;
+  if (r.synchronousStandbyNames.trim() !== '') {
+    return `replication: synchronous_standby_names is set but no synchronous standby is streaming (${standbys || 'none'}), ${timeline}: commits wait, grants time out`;
+  }
+  if (r.standbys.length === 0) return `replication: no standby streaming, ${timeline}`;
+  return (
+    `replication: asynchronous (${standbys}), ${timeline}: a failover can lose the last ` +
+    'lease rows (a second holder may get in; fencing still refuses its stale writes)'
+  );
+}
+
 export function renderReport(report: LockReport): string {
   const now = report.at.getTime();
   const held = report.locks.filter((l) => l.state === 'held').length;
@@ -163,6 +179,7 @@ export function renderReport(report: LockReport): string {
       out.push('(">=": a lower bound, from the holder\'s transaction or connection start)');
     }
   }
+  out.push('', replicationLine(report.replication));
   out.push('');
   if (!report.schema) {
     out.push("pgfence's schema is not in this database: locks are listed by key, and leases are not shown.");

@@ -1,5 +1,6 @@
 import pg from 'pg';
 import { resolveConnectionString } from '../session/connection-config.js';
+import { openPool } from '../session/multi-host.js';
 import { InvalidArgumentError } from '../errors.js';
 import { describeType } from '../keys.js';
 import { optionKeys, optionsObject } from '../options.js';
@@ -24,7 +25,7 @@ export async function migrate(opts: MigrateOptions): Promise<MigrateResult> {
   const target = validateMigrateOptions(opts);
   const folders = packageFolders();
   if ('pool' in target) return runMigrations({ pool: target.pool, ...folders });
-  const pool = new pg.Pool({ connectionString: target.connectionString, max: 1, application_name: 'pgfence_migrate' });
+  const pool = openPool(target.connectionString, { max: 1, application_name: 'pgfence_migrate' });
   // An idle connection failing between statements must not crash the process.
   pool.on('error', () => {});
   try {

@@ -24,3 +24,16 @@ WHERE released_at IS NULL AND expires_at > clock_timestamp()
 ORDER BY name NULLS LAST, key`;
 
 export const databaseClockSql = 'SELECT clock_timestamp() AS now';
+
+/**
+ * Whether commits wait for a standby: synchronous_standby_names, the standbys streaming now
+ * (pg_stat_replication; other roles' rows show fewer columns without pg_read_all_stats), and the
+ * server's own role and timeline (the high bits of the tokens it issues).
+ */
+export const replicationSql = `SELECT pg_is_in_recovery() AS standby,
+       CASE WHEN NOT pg_is_in_recovery()
+         THEN ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END AS timeline,
+       current_setting('synchronous_standby_names') AS sync_names,
+       coalesce((SELECT json_agg(json_build_object('name', r.application_name, 'clientAddr', r.client_addr::text,
+                                                   'state', r.state, 'syncState', r.sync_state) ORDER BY r.application_name)
+                 FROM pg_stat_replication r), '[]'::json) AS standbys`;

@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import type { LockMode } from './observer.js';
-import { activeLeasesSql, databaseClockSql, locksWithNamesSql, locksWithoutNamesSql } from './inspect-sql.js';
+import { activeLeasesSql, databaseClockSql, locksWithNamesSql, locksWithoutNamesSql, replicationSql } from './inspect-sql.js';
 
 /** One advisory lock held or awaited by some backend of the database. */
 export interface LockEntry {
@@ -41,11 +41,35 @@ export interface LeaseEntry {
   data: unknown;
 }
 
+/** A standby streaming from the server (pg_stat_replication). */
+export interface StandbyEntry {
+  name: string | null;
+  clientAddr: string | null;
+  /** 'streaming', 'catchup', ... (null without the right to see it). */
+  state: string | null;
+  /** 'async', 'sync', 'quorum' or 'potential' (null without the right to see it). */
+  syncState: string | null;
+}
+
+/** What a failover can lose: with asynchronous replication, the last commits (tokens, lease rows). */
+export interface ReplicationReport {
+  /** The server is itself a standby (in recovery): pgfence cannot lock or issue tokens there. */
+  standby: boolean;
+  /** The server's timeline (it rises on every promotion; tokens carry it in their high bits); null on a standby. */
+  timeline: number | null;
+  /** synchronous_standby_names as set ('' when commits wait for no standby). */
+  synchronousStandbyNames: string;
+  standbys: StandbyEntry[];
+  /** Commits wait for a standby now: synchronous_standby_names is set and a 'sync' or 'quorum' standby is streaming. */
+  synchronous: boolean;
+}
+
 export interface LockReport {
   /** The database clock when the report was taken. */
   at: Date;
   locks: LockEntry[];
   leases: LeaseEntry[];
+  replication: ReplicationReport;
   /** False when pgfence's schema is missing: no names, no leases (run migrate()). */
   schema: boolean;
   /**
@@ -119,7 +143,16 @@ export async function inspectDatabase(pool: pg.Pool, own: OwnLocks = new Map()):
       data: r.data,
     }));
   }
-  return { at, locks, leases, schema };
+  const replication = await inspectReplication(pool);
+  return { at, locks, leases, replication, schema };
+}
+
+async function inspectReplication(pool: pg.Pool): Promise<ReplicationReport> {
+  const { rows } = await pool.query<{ standby: boolean; timeline: number | null; sync_names: string; standbys: StandbyEntry[] }>(replicationSql);
+  const r = rows[0]!;
+  const synchronous =
+    r.sync_names.trim() !== '' && r.standbys.some((s) => s.state === 'streaming' && (s.syncState === 'sync' || s.syncState === 'quorum'));
+  return { standby: r.standby, timeline: r.timeline, synchronousStandbyNames: r.sync_names, standbys: r.standbys, synchronous };
 }
 
 function toEntry(r: LockRow, own: OwnLocks): LockEntry {

@@ -8,6 +8,7 @@
 
 import type pg from 'pg';
 import { InvalidArgumentError } from '../errors.js';
+import type { ConnectionTargets, HostPort, TargetSessionAttrs } from './multi-host.js';
 
 type Env = Record<string, string | undefined>;
 
@@ -18,12 +19,13 @@ export const LIBPQ_ENV = ['PGHOST', 'PGPORT', 'PGUSER', 'PGDATABASE', 'PGPASSWOR
 const KEYWORDS = new Set([
   'host', 'hostaddr', 'port', 'dbname', 'user', 'password',
   'sslmode', 'sslcert', 'sslkey', 'sslrootcert', 'application_name', 'fallback_application_name', 'options', 'client_encoding',
+  'target_session_attrs', // pgfence's own (multi-host.ts): node-postgres takes one host
 ]);
 const LIBPQ_ONLY = new Set([
   'passfile', 'channel_binding', 'connect_timeout', 'keepalives', 'keepalives_idle', 'keepalives_interval',
   'keepalives_count', 'tcp_user_timeout', 'replication', 'gssencmode', 'requiressl', 'sslcompression', 'sslpassword',
   'sslcertmode', 'sslcrl', 'sslcrldir', 'sslsni', 'requirepeer', 'ssl_min_protocol_version', 'ssl_max_protocol_version',
-  'krbsrvname', 'gsslib', 'gssdelegation', 'service', 'target_session_attrs', 'load_balance_hosts', 'sslnegotiation', 'require_auth',
+  'krbsrvname', 'gsslib', 'gssdelegation', 'service', 'load_balance_hosts', 'sslnegotiation', 'require_auth',
 ]);
 
 export function isUrl(text: string): boolean {
@@ -47,6 +49,7 @@ export function resolveConnectionString(input: string | undefined, env: Env = pr
   if (text === '') throw new InvalidArgumentError('connectionString', 'must not be empty');
   if (text.startsWith('/')) return input;
   if (isUrl(text)) {
+    if (connectionTargets(text) !== null) return text; // several hosts: checked there
     try {
       new URL(text);
     } catch {
@@ -55,6 +58,48 @@ export function resolveConnectionString(input: string | undefined, env: Env = pr
     return text;
   }
   return urlFrom(parseKeywordValue(text));
+}
+
+/**
+ * Several hosts (`h1:5432,h2:5433`) or a target_session_attrs other than 'any', as libpq reads them;
+ * null for one host that any session may use (node-postgres then connects as it always does).
+ */
+export function connectionTargets(input: string | undefined, env: Env = process.env): ConnectionTargets | null {
+  const text = input === undefined ? resolveConnectionString(undefined, env) : input.trim();
+  if (!isUrl(text)) return text.startsWith('/') ? null : connectionTargets(resolveConnectionString(text, env), env);
+  const m = /^(postgres(?:ql)?:\/\/)([^/?#]*@)?([^/?#]*)([^?#]*)(\?[^#]*)?(#.*)?$/i.exec(text);
+  if (!m) throw new InvalidArgumentError('connectionString', `not a valid URL: "${redact(text)}"`);
+  const [, scheme, auth = '', hostList = '', path = '', query = ''] = m;
+  const params = new URLSearchParams(query.slice(1));
+  const attrs = targetSessionAttrs(params.get('target_session_attrs'));
+  if (!hostList.includes(',') && attrs === 'any') return null;
+  const hosts = hostList.split(',').map(hostPort);
+  params.delete('target_session_attrs');
+  const rest = params.toString();
+  const first = hostList.split(',')[0]!;
+  const baseUrl = `${scheme}${auth}${first}${path}${rest ? `?${rest}` : ''}`;
+  try {
+    new URL(baseUrl);
+  } catch {
+    throw new InvalidArgumentError('connectionString', `not a valid URL: "${redact(text)}"`);
+  }
+  return { hosts, targetSessionAttrs: attrs, baseUrl };
+}
+
+function targetSessionAttrs(value: string | null): TargetSessionAttrs {
+  if (value === null || value === 'any') return 'any';
+  if (value === 'read-write' || value === 'primary') return value;
+  if (['read-only', 'standby', 'prefer-standby'].includes(value)) {
+    throw new InvalidArgumentError('connectionString', `target_session_attrs=${value}: pgfence locks on the primary (use read-write, primary or any)`);
+  }
+  throw new InvalidArgumentError('connectionString', `target_session_attrs: expected read-write, primary or any, got "${value}"`);
+}
+
+function hostPort(entry: string): HostPort {
+  const m = /^(\[[^\]]*\]|[^:[\]]*)(?::(\d{1,5}))?$/.exec(entry);
+  if (!m || m[1] === '') throw new InvalidArgumentError('connectionString', `invalid host "${entry}" in the host list`);
+  const host = decodeURIComponent(m[1]!.replace(/^\[(.*)\]$/, '$1'));
+  return { host, port: m[2] !== undefined ? Number(m[2]) : undefined };
 }
 
 /** The same, as a node-postgres ClientConfig (for a pg.Pool or pg.Client). */
@@ -133,19 +178,29 @@ function urlFrom(settings: Map<string, string>): string {
   const hostaddr = take('hostaddr');
   let host = take('host') ?? hostaddr ?? '';
   const port = take('port');
-  if (port !== undefined && !/^\d{1,5}$/.test(port)) throw new InvalidArgumentError('connectionString', `invalid port "${port}"`);
+  if (port !== undefined && !/^\d{1,5}(,\d{1,5})*$/.test(port)) throw new InvalidArgumentError('connectionString', `invalid port "${port}"`);
   const user = take('user');
   const password = take('password');
   const dbname = take('dbname');
   // A socket directory goes in the query (node-postgres reads ?host=); the URL keeps a placeholder host.
+  let hostPorts: string;
   if (host.startsWith('/')) {
     s.set('host', host);
-    host = 'localhost';
-  } else if (host.includes(':') && !host.startsWith('[')) {
-    host = `[${host}]`; // IPv6
+    hostPorts = `localhost${port !== undefined ? `:${port}` : ''}`;
+  } else {
+    // libpq: host=h1,h2 with one port for all, or one port per host.
+    const hosts = host.split(',').map((h) => (h.includes(':') && !h.startsWith('[') ? `[${h}]` : h)); // IPv6
+    const ports = port?.split(',') ?? [];
+    if (ports.length > 1 && ports.length !== hosts.length) {
+      throw new InvalidArgumentError('connectionString', `${hosts.length} hosts but ${ports.length} ports`);
+    }
+    if (hosts.length > 1 && hosts.some((h) => h === '' || h.startsWith('/'))) {
+      throw new InvalidArgumentError('connectionString', `invalid host list "${host}"`);
+    }
+    hostPorts = hosts.map((h, i) => `${h}${ports.length > 0 ? `:${ports[Math.min(i, ports.length - 1)]}` : ''}`).join(',');
   }
   let auth = '';
-  if (host === '') {
+  if (hostPorts === '' || hostPorts.startsWith(':')) {
     // A URL with a user but no host is not a URL: then the user (and password) go in the query.
     if (user !== undefined) s.set('user', user);
     if (password !== undefined) s.set('password', password);
@@ -153,9 +208,9 @@ function urlFrom(settings: Map<string, string>): string {
     auth = `${encodeURIComponent(user ?? '')}${password !== undefined ? `:${encodeURIComponent(password)}` : ''}@`;
   }
   const query = [...s].map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(v)}`).join('&');
-  const url = `postgresql://${auth}${host}${port !== undefined ? `:${port}` : ''}/${dbname !== undefined ? encodeURIComponent(dbname) : ''}${query ? `?${query}` : ''}`;
+  const url = `postgresql://${auth}${hostPorts}/${dbname !== undefined ? encodeURIComponent(dbname) : ''}${query ? `?${query}` : ''}`;
   try {
-    new URL(url);
+    if (connectionTargets(url) === null) new URL(url);
   } catch {
     throw new InvalidArgumentError('connectionString', `invalid host "${host}"`);
   }

@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { connectionConfig } from './connection-config.js';
+import { openPool } from './multi-host.js';
 import type { Logger } from '../observe/logger.js';
 import { PooledConnectionError } from '../errors.js';
 import { clientLike, detectPinning, type Pinning } from './pooler-detection.js';
@@ -50,9 +50,8 @@ export class ConnectionSource {
       this.pool = opts.pool;
       this.ownsPool = false;
     } else {
-      this.pool = new pg.Pool({
-        // A URL or libpq keyword/value settings; a bad one throws here, before any I/O.
-        ...connectionConfig(opts.connectionString),
+      // A URL or libpq keyword/value settings, one host or several; a bad one throws here, before any I/O.
+      this.pool = openPool(opts.connectionString, {
         application_name: 'pgfence',
         max: opts.poolSize,
         connectionTimeoutMillis: opts.connectTimeoutMs,
@@ -64,8 +63,7 @@ export class ConnectionSource {
       this.pool.on('error', (err) => this.logger.warn({ err }, 'pgfence: idle pooled connection failed'));
     }
     if (opts.directConnectionString !== undefined) {
-      this.pinPool = new pg.Pool({
-        ...connectionConfig(opts.directConnectionString),
+      this.pinPool = openPool(opts.directConnectionString, {
         application_name: 'pgfence',
         max: opts.poolSize,
         connectionTimeoutMillis: opts.connectTimeoutMs,
