@@ -123,7 +123,9 @@ describe('semaphores', () => {
         if (way === 'close') await waiterLocker.close();
         if (way === 'cancel') controller.abort(new Error('cancelled'));
         await waiting;
-        await expectFree(way === 'close' ? 0 : 5000);
+        // After close() the permit is free promptly: given back before close() resolves, or, rarely (a grant that
+        // landed as the session was being ended), by the server as that backend exits a moment later.
+        await expectFree(5000);
       } finally {
         await waiterLocker.close();
       }
