@@ -142,7 +142,7 @@ beforeAll(async () => {
     ${fencingColumnSql('fenced', { enforce: true })}
     CREATE FUNCTION note_applied() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN INSERT INTO applied (id, token, value) VALUES (NEW.id, NEW.fencing_token, NEW.value); RETURN NEW; END $$;
-    CREATE TRIGGER note_applied AFTER UPDATE ON fenced FOR EACH ROW EXECUTE FUNCTION note_applied();`);
+    CREATE TRIGGER note_applied AFTER UPDATE OF value ON fenced FOR EACH ROW EXECUTE FUNCTION note_applied();`);
 }, 180_000);
 
 afterAll(async () => {

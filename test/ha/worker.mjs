@@ -1,9 +1,10 @@
 // A worker of the Patroni suite: takes the lease 'ha:lease' or the fenced lock 'ha:lock' in turn,
-// increments its row through fencedUpdate and, unfenced, the control row; sometimes pauses between
+// claims its row with the token before reading it (fencedClaim: a read-modify-write is safe only so),
+// increments it through fencedUpdate and, unfenced, the control row; sometimes pauses between
 // read and write (a GC pause; its lease is not renewed) so its grant can lapse. One JSON line per write on stdout; it runs until
 // stdin closes. argv: connection string (several hosts), worker id.
 import pg from 'pg';
-import { createLocker, fencedUpdate } from '../../dist/index.js';
+import { createLocker, fencedClaim, fencedUpdate } from '../../dist/index.js';
 
 const [url, id] = process.argv.slice(2);
 const locker = createLocker({ connectionString: url, defaultTimeoutMs: 5_000, keepaliveMs: 1_000 });
@@ -24,7 +25,13 @@ for (let i = 0; !stopping; i++) {
   try {
     grant = kind === 'lease' ? await locker.lease('ha:lease', { ttlMs: 2_000, renew: false }) : await locker.acquire('ha:lock', { fencing: true });
     const token = grant.token;
-    const { rows } = await pool.query('SELECT f.value AS f, c.value AS c FROM fenced f, control c WHERE f.id = $1 AND c.id = $1', [row]);
+    // Claim the row before reading it: a holder whose grant lapsed can then no longer write over a newer one's read.
+    const claim = await fencedClaim(pool, { table: 'fenced', where: { id: row }, token });
+    if (!claim.claimed) {
+      emit({ kind, token: String(token), applied: false, at: Date.now() });
+      continue;
+    }
+    const { rows } = await pool.query('SELECT $2::int AS f, c.value AS c FROM control c WHERE c.id = $1', [row, claim.rows[0].value]);
     // Now and then a pause longer than the lease: its grant lapses, another holder writes meanwhile.
     if (kind === 'lease' && Math.random() < 0.3) await sleep(3_000);
     else await sleep(Math.random() * 20);
