@@ -196,6 +196,19 @@ BEGIN
   RETURN renewed;
 END $$;
 
+-- internal: wakes the waiters other sessions announced for p_key (their marker lock, the int4 pair of
+-- the key, is held: see src/session/advisory-sql.ts), as the Node API's releases do.
+CREATE OR REPLACE FUNCTION pgfence.notify_waiters(p_key bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  hi constant int4 := (p_key >> 32)::int4;
+  lo constant int4 := ((p_key & 4294967295) - ((p_key & 2147483648) << 1))::int4;
+BEGIN
+  IF NOT (pg_try_advisory_lock(hi, lo) AND pg_advisory_unlock(hi, lo)) THEN
+    PERFORM pg_notify('pgfence_release', p_key::text);
+  END IF;
+END $$;
+
 -- public: releases the lease held with p_token; true when it was this token's and live. With
 -- p_min_hold_ms (at-least-for, ShedLock's lockAtLeastFor) the lease is kept until acquired_at +
 -- p_min_hold_ms on the database clock when that is still ahead: nobody can take it before then, so
@@ -221,11 +234,8 @@ BEGIN
   IF NOT FOUND THEN
     RETURN false;
   END IF;
-  -- Freed now: NOTIFY when another session has announced a waiter (its marker lock is held), as an
-  -- unlock does (src/session/advisory-sql.ts).
-  IF freed AND NOT (pg_try_advisory_lock((p_key >> 32)::int4, ((p_key & 4294967295) - ((p_key & 2147483648) << 1))::int4)
-                    AND pg_advisory_unlock((p_key >> 32)::int4, ((p_key & 4294967295) - ((p_key & 2147483648) << 1))::int4)) THEN
-    PERFORM pg_notify('pgfence_release', p_key::text);
+  IF freed THEN
+    PERFORM pgfence.notify_waiters(p_key);
   END IF;
   RETURN true;
 END $$;
@@ -267,17 +277,13 @@ END $$;
 -- sessions (Node lockers) as the Node API's unlock does. false when this session did not hold it.
 CREATE OR REPLACE FUNCTION pgfence.unlock(p_key bigint) RETURNS boolean
 LANGUAGE plpgsql AS $$
-DECLARE
-  hi constant int4 := (p_key >> 32)::int4;
-  lo constant int4 := ((p_key & 4294967295) - ((p_key & 2147483648) << 1))::int4;
 BEGIN
   IF NOT pg_advisory_unlock(p_key) THEN
     RETURN false;
   END IF;
-  IF NOT (pg_try_advisory_lock(hi, lo) AND pg_advisory_unlock(hi, lo)) THEN
-    PERFORM set_config('synchronous_commit', 'off', true);
-    PERFORM pg_notify('pgfence_release', p_key::text);
-  END IF;
+  -- No synchronous_commit change here (the Node API's own unlock makes one): this may run inside the
+  -- caller's transaction, whose durability is the caller's.
+  PERFORM pgfence.notify_waiters(p_key);
   RETURN true;
 END $$;
 

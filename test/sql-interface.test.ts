@@ -141,6 +141,32 @@ describe('leases and fenced locks through SQL and Node exclude each other and sh
     }
   });
 
+  it('unlock and release_lease of SQL wake the waiters other sessions announced (NOTIFY), as Node releases do', async () => {
+    const key = lockKey('sql:wake');
+    const listener = await pool.connect();
+    const marker = await pool.connect();
+    const other = await pool.connect(); // the SQL client: a session lock is unlocked on the session that took it
+    const heard: string[] = [];
+    try {
+      listener.on('notification', (n) => heard.push(n.payload!));
+      await listener.query(`LISTEN ${NOTIFY_CHANNEL}`);
+      // Announce a waiter of another session, as a waiting Node locker does (its marker lock).
+      await marker.query('SELECT pg_advisory_lock_shared(($1::int8 >> 32)::int4, (($1::int8 & 4294967295) - (($1::int8 & 2147483648) << 1))::int4)', [key]);
+      expect((await other.query('SELECT pgfence.try_lock_fenced($1) IS NOT NULL AS got', [key])).rows[0].got).toBe(true);
+      expect((await other.query('SELECT pgfence.unlock($1) AS u', [key])).rows[0].u).toBe(true);
+      await eventually(() => heard.length === 1, 5000, 'the unlock to notify');
+      const { token } = await one<{ token: string }>('SELECT token::text FROM pgfence.try_lease($1, 5000, $2)', [key, 'sql']);
+      expect(await one('SELECT pgfence.release_lease($1, $2) AS r', [key, token])).toEqual({ r: true });
+      await eventually(() => heard.length === 2, 5000, 'the release to notify');
+      expect(heard).toEqual([key.toString(), key.toString()]);
+    } finally {
+      await listener.query(`UNLISTEN ${NOTIFY_CHANNEL}`);
+      listener.release();
+      marker.release(true);
+      other.release();
+    }
+  });
+
   it('a session lock of SQL waits out a live lease of Node instead of taking the name', async () => {
     const locker = open();
     const key = lockKey('sql:waits-lease');
