@@ -1,14 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import {
-  blockingLockSql,
-  guardedLockSql,
-  heldBySessionSql,
-  Op,
-  plainLockSql,
-  probeSql,
-  sessionSetupSql,
-} from '../src/session/advisory-sql.js';
-import { undoBatchSql } from '../src/session/undo-sql.js';
+import { blockingLockSql, Op, sessionLockStatements } from '../src/advisory/advisory-sql.js';
+import { probeSql } from '../src/session/session.js';
 import { releaseSlotSql, tryAnySlotSql } from '../src/advisory/semaphore-sql.js';
 import { acquireLeaseSql, releaseLeaseSql, renewLeaseSql } from '../src/lease/lease-sql.js';
 import { nextTokenSql, tryXactLockSql, undoWaitScript, waitXactLockScript } from '../src/advisory/xact-sql.js';
@@ -27,8 +19,8 @@ function sentStatements(): [string, Sent][] {
   const out: [string, Sent][] = [];
   const opName = Object.fromEntries(Object.entries(Op).map(([name, code]) => [code, name]));
   for (const [flavour, sql] of [
-    ['plain', plainLockSql],
-    ['guarded', guardedLockSql],
+    ['plain', sessionLockStatements.plain],
+    ['guarded', sessionLockStatements.guarded],
   ] as const) {
     out.push([`session locks (${flavour}): the batch; $1 op codes, $2 keys`, sql.batch]);
     out.push([`session locks (${flavour}): the fenced batch`, sql.fencedBatch]);
@@ -43,10 +35,10 @@ function sentStatements(): [string, Sent][] {
       }
     }
   }
-  out.push(['session setup (also the probe of an unguarded session)', sessionSetupSql]);
+  out.push(['session setup (also the probe of an unguarded session)', sessionLockStatements.setup]);
   out.push(['session keepalive probe', probeSql]);
-  out.push(['session locks held, to reconcile a failed batch', { text: heldBySessionSql }]);
-  out.push(['undo of a failed batch; $1 op codes, $2 keys', { text: undoBatchSql }]);
+  out.push(['session locks held, to reconcile a failed batch', { text: sessionLockStatements.held }]);
+  out.push(['undo of a failed batch; $1 op codes, $2 keys', { text: sessionLockStatements.undo }]);
   out.push(['semaphore: try any slot', { text: tryAnySlotSql }]);
   out.push(['semaphore: release a slot', { text: releaseSlotSql }]);
   out.push(['lease: acquire', { text: acquireLeaseSql }]);

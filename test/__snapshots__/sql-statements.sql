@@ -334,9 +334,8 @@ LIMIT 1;
 
 -- semaphore: release a slot
 SELECT pg_advisory_unlock($1::int8) AS released,
-  CASE WHEN NOT (pg_try_advisory_lock(($2::int8 >> 32)::int4, (($2::int8 & 4294967295) - (($2::int8 & 2147483648) << 1))::int4) AND pg_advisory_unlock(($2::int8 >> 32)::int4, (($2::int8 & 4294967295) - (($2::int8 & 2147483648) << 1))::int4))
-       THEN (SELECT true FROM set_config('synchronous_commit', 'off', true), pg_notify('pgfence_release', $2::int8::text))
-  END AS notified;
+  CASE WHEN pg_try_advisory_lock(($2::int8 >> 32)::int4, (($2::int8 & 4294967295) - (($2::int8 & 2147483648) << 1))::int4) AND pg_advisory_unlock(($2::int8 >> 32)::int4, (($2::int8 & 4294967295) - (($2::int8 & 2147483648) << 1))::int4) THEN 1
+    ELSE 3 + 0 * length(set_config('synchronous_commit', 'off', true)) + (pg_notify('pgfence_release', $2::int8::text) IS NULL)::int END AS notified;
 
 -- lease: acquire
 SELECT granted, token::text AS token, owner, acquired_at, expires_at, remaining_ms::int8::float8 AS remaining_ms
@@ -362,9 +361,9 @@ WITH released AS (
   RETURNING l.released_at IS NOT NULL AS freed
 )
 SELECT r.freed IS NOT NULL AS released,
-       CASE WHEN r.freed
-             AND NOT (pg_try_advisory_lock(($1::int8 >> 32)::int4, (($1::int8 & 4294967295) - (($1::int8 & 2147483648) << 1))::int4) AND pg_advisory_unlock(($1::int8 >> 32)::int4, (($1::int8 & 4294967295) - (($1::int8 & 2147483648) << 1))::int4))
-            THEN pg_notify('pgfence_release', $1::int8::text) IS NULL END AS notified
+       CASE WHEN NOT (r.freed IS TRUE) THEN 0
+    WHEN pg_try_advisory_lock(($1::int8 >> 32)::int4, (($1::int8 & 4294967295) - (($1::int8 & 2147483648) << 1))::int4) AND pg_advisory_unlock(($1::int8 >> 32)::int4, (($1::int8 & 4294967295) - (($1::int8 & 2147483648) << 1))::int4) THEN 1
+    ELSE 3 + (pg_notify('pgfence_release', $1::int8::text) IS NULL)::int END AS notified
 FROM (SELECT 1) AS one LEFT JOIN released AS r ON true;
 
 -- xact lock: try exclusive
