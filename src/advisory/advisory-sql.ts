@@ -75,7 +75,17 @@ const exprs: Record<OpCode, Expr> = {
 };
 
 const CODES = Object.values(Op) as OpCode[];
-const TRY_CODES: ReadonlySet<OpCode> = new Set(CODES.filter((code) => code !== Op.unlockExclusive && code !== Op.unlockShared && code !== Op.unregisterMarker && code !== Op.registerMarker));
+/** The operations whose text differs between the flavours (see tryExpr). */
+const TRY_CODES: ReadonlySet<OpCode> = new Set([
+  Op.tryExclusive,
+  Op.tryShared,
+  Op.politeTryExclusive,
+  Op.politeTryShared,
+  Op.waitTryExclusive,
+  Op.waitTryShared,
+  Op.waitPoliteTryExclusive,
+  Op.waitPoliteTryShared,
+]);
 /** Only exclusive tries are ever fenced alone; anything else fenced goes as a fenced batch. */
 const FENCED_SINGLE_CODES: readonly OpCode[] = [Op.tryExclusive, Op.politeTryExclusive, Op.waitTryExclusive, Op.waitPoliteTryExclusive];
 

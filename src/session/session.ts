@@ -1,8 +1,9 @@
 import type pg from 'pg';
-import { LockUnavailableError, schemaMissingError } from '../errors.js';
+import { LockUnavailableError } from '../errors.js';
 import type { Logger } from '../observe/logger.js';
 import { type ConnectionSource, isConnectionError, type PinnedConnection } from './connection-source.js';
 import type { OpStatements } from './op-statements.js';
+import { isSchemaGone, statementFailure, undoFailedBatch } from './reconcile.js';
 
 /** Thrown to the callers of operations that were queued on, or in flight over, a session that died. */
 export class SessionLostError extends LockUnavailableError {
@@ -21,13 +22,25 @@ interface PendingOp {
    * A statement of its own (semaphores, blocking waits), sent alone in order with the batches. Its text
    * may depend on whether the session is guarded (see `guarded`), known only once it has connected.
    */
-  statement: { text: StatementText; values: unknown[]; done(rows: unknown[]): void; deadlineMs?: number } | undefined;
+  statement?: { text: StatementText; values: unknown[]; done(rows: unknown[]): void; deadlineMs?: number };
 }
+/** The code of a probe, and of a statement of its own: not an operation of the statement set. */
 const PROBE = 0;
+const noop = () => {};
+/** A probe (no statement), or a statement of its own whose caller needs no callbacks. */
+const internalOp = (statement?: PendingOp['statement']): PendingOp => ({
+  code: PROBE,
+  key: 0n,
+  fenced: false,
+  resolve: noop,
+  reject: noop,
+  statement,
+});
 /** An operation of the statement set (not a probe, not a statement of its own). */
 type LockOp = PendingOp & { code: OpCode };
 /** A row of an operation statement: its place in the batch (batches only), result, and token (fenced only). */
 type OpRow = { i?: number; r: number; token?: string | null };
+const tokenOf = (row: OpRow) => (row.token == null ? null : BigInt(row.token));
 
 /** An operation code of the session's statement set (OpStatements): the session does not know what it means. */
 export type OpCode = number;
@@ -68,9 +81,10 @@ export class Session {
   /** Why the session died (set once, with state 'dead'). */
   deathCause: Error | null = null;
   /**
-   * pgfence's schema is present: its lock tries give way to live leases of the same key (a name is one
-   * lock whatever its kind). Found out by the first statement after connecting; a session without it
-   * looks again every keepaliveMs (the schema may be migrated meanwhile), never per acquire.
+   * The flavour of statements the session runs, as the setup statement answered (for session locks:
+   * pgfence's schema is present, so tries give way to live leases of the same key). Found out by the
+   * first statement after connecting; an unguarded session asks again every keepaliveMs (the schema
+   * may be migrated meanwhile), never per acquire.
    */
   guarded = false;
   /** performance.now() when the session last looked for the schema. */
@@ -100,18 +114,18 @@ export class Session {
    * microtask less per statement). Exactly one of them is called, never synchronously.
    */
   submit(code: OpCode, key: bigint, resolve: (result: number) => void, reject: (err: Error) => void): void {
-    this.enqueue({ code, key, fenced: false, resolve, reject, statement: undefined });
+    this.enqueue({ code, key, fenced: false, resolve, reject });
   }
 
   /** Queues one operation; resolves with its result code. */
   run(code: OpCode, key: bigint): Promise<number> {
-    return new Promise((resolve, reject) => this.enqueue({ code, key, fenced: false, resolve, reject, statement: undefined }));
+    return new Promise((resolve, reject) => this.enqueue({ code, key, fenced: false, resolve, reject }));
   }
 
   /** Queues a try that issues a fencing token when it grants; resolves with the result code and token. */
   runFenced(code: OpCode, key: bigint): Promise<{ result: number; token: bigint | null }> {
     return new Promise((resolve, reject) =>
-      this.enqueue({ code, key, fenced: true, resolve: (result, token) => resolve({ result, token }), reject, statement: undefined }),
+      this.enqueue({ code, key, fenced: true, resolve: (result, token) => resolve({ result, token }), reject }),
     );
   }
 
@@ -130,14 +144,8 @@ export class Session {
         reject(Object.assign(new Error('the statement was withdrawn before it was sent'), { code: WITHDRAWN }));
       };
       const unlisten = () => withdraw?.removeEventListener('abort', onWithdraw);
-      const op: PendingOp = {
-        code: PROBE,
-        key: 0n,
-        fenced: false,
-        resolve: () => {},
-        reject: (err) => (unlisten(), reject(err)),
-        statement: { text, values, done: (rows) => (unlisten(), resolve(rows as R[])), deadlineMs: opts.deadlineMs },
-      };
+      const op = internalOp({ text, values, done: (rows) => (unlisten(), resolve(rows as R[])), deadlineMs: opts.deadlineMs });
+      op.reject = (err) => (unlisten(), reject(err));
       if (this.enqueue(op)) withdraw?.addEventListener('abort', onWithdraw, { once: true });
     });
   }
@@ -204,20 +212,11 @@ export class Session {
 
   /** The setup statement as an operation of its own (it also serves as a probe). */
   private setupOp(): PendingOp {
-    return {
-      code: PROBE,
-      key: 0n,
-      fenced: false,
-      resolve: () => {},
-      reject: () => {}, // a failed detection leaves the session unguarded, as without the schema
-      statement: {
-        text: this.opts.statements.setup.text,
-        values: [],
-        done: (rows) => {
-          this.guarded = (rows[0] as { guarded: boolean } | undefined)?.guarded === true;
-        },
-      },
+    // A failed setup leaves the session unguarded, as without the schema (its reject is a no-op).
+    const done = (rows: unknown[]) => {
+      this.guarded = (rows[0] as { guarded?: boolean } | undefined)?.guarded === true;
     };
+    return internalOp({ text: this.opts.statements.setup.text, values: [], done });
   }
 
   /** An unguarded session looks for the schema again, first thing (in place of a due keepalive probe). */
@@ -277,7 +276,8 @@ export class Session {
         if (this.inFlight !== batch) return; // the session died meanwhile: the batch was already failed
         this.answered(batch);
         if (statement) statement.done(res.rows);
-        else if (ops.length > 0) res.rows.forEach((row, n) => ops[(row.i ?? n + 1) - 1]!.resolve(row.r, row.token == null ? null : BigInt(row.token)));
+        // A batch's rows name their operation (i, from 1); a lone operation's one row is its own.
+        else if (ops.length > 0) for (const [n, row] of res.rows.entries()) ops[(row.i ?? n + 1) - 1]!.resolve(row.r, tokenOf(row));
         for (const op of batch) if (op.code === PROBE && !op.statement) op.resolve(1, null);
         this.next();
       },
@@ -330,19 +330,11 @@ export class Session {
     this.next();
   }
 
-  /**
-   * A statement failed on a live connection (for instance: the server's lock table is full). Locks
-   * taken earlier in that statement survive its failure, so look at what the session really holds and
-   * put every operation of the batch back to "not done" (the owner's undo: two round trips whatever
-   * the batch size). The operations then fail with the statement's error.
-   */
+  /** A statement failed on a live connection: undo what it half-did, then fail its operations with its error. */
   private async reconcile(ops: LockOp[], cause: Error): Promise<void> {
     const failure = statementFailure(cause);
     try {
-      const client = this.conn!.client;
-      const { held, undoFor, undo } = this.opts.statements;
-      const { codes, keys } = undoFor(ops, (await client.query(held)).rows);
-      if (codes.length > 0) await client.query(undo, [codes, keys]);
+      await undoFailedBatch(this.conn!.client, this.opts.statements, ops);
       for (const op of ops) op.reject(failure);
     } catch (err) {
       for (const op of ops) op.reject(failure);
@@ -380,7 +372,7 @@ export class Session {
         return;
       }
     } else if (this.pending.length === 0 && now - this.lastActivity >= this.opts.keepaliveMs) {
-      this.pending.push({ code: PROBE, key: 0n, fenced: false, resolve: () => {}, reject: () => {}, statement: undefined });
+      this.pending.push(internalOp());
       this.flush(); // arms for the probe's deadline
       return;
     }
@@ -416,17 +408,4 @@ export class Session {
     else if (wasReady) this.opts.logger.warn({ err, session: this.id }, 'pgfence: session lost');
     if (notify) this.opts.onLost(this, err);
   }
-}
-
-/** A statement failed because pgfence's schema (or its guard function) is not there any more. */
-function isSchemaGone(err: Error): boolean {
-  const code = (err as { code?: unknown }).code;
-  return code === '3F000' || code === '42883';
-}
-
-/** What the callers of a failed lock statement are told. */
-function statementFailure(cause: Error): Error {
-  const known = schemaMissingError(cause);
-  if (known) return known;
-  return new LockUnavailableError(`a lock statement failed: ${cause.message}`, { cause });
 }
