@@ -107,7 +107,7 @@ FROM ({rows} OFFSET 0) AS s
 ORDER BY s.i`;
 
 /** Fills a template's {name} slots: every slot must have a value, and every value a slot. */
-export function fill(template: string, slots: Record<string, string>): string {
+function fill(template: string, slots: Record<string, string>): string {
   const unused = new Set(Object.keys(slots));
   const text = template.replace(/\{(\w+)\}/g, (_, name: string) => {
     const value = slots[name];

@@ -9,7 +9,10 @@ export interface Prepared {
   text: string;
 }
 
-/** The statements of one flavour (see OpStatements.setup). Every row answers `r`, an op's result code. */
+/**
+ * The statements of one flavour (see OpStatements.setup). Op codes are positive integers (0 is the
+ * session's own probe); every row answers `r`, the operation's result code.
+ */
 export interface OpFlavour {
   /** A lone operation, one prepared statement per op code: $1 is the key. */
   single: Readonly<Record<number, Prepared>>;
