@@ -18,6 +18,7 @@ import { deadClientBounds, PinnedSessionSettings } from './session/server-settin
 import { LockBudget } from './advisory/lock-budget.js';
 import { ReleaseListener } from './session/listener.js';
 import { SessionPool } from './session/session-pool.js';
+import { sessionLockStatements } from './advisory/advisory-sql.js';
 import { LeaseManager, type LeaseHandle, type LeaseRequest } from './lease/lease-manager.js';
 import {
   SEMAPHORE_ACQUIRE_OPTION_KEYS,
@@ -255,7 +256,7 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
     );
     this.sessions = new SessionPool(
       this.source,
-      { size: this.opts.maxSessions, keepaliveMs, deadlineMs: this.opts.deadlineMs, logger: this.opts.logger },
+      { size: this.opts.maxSessions, keepaliveMs, deadlineMs: this.opts.deadlineMs, logger: this.opts.logger, statements: sessionLockStatements },
       (session, err) => {
         this.locks.onSessionLost(session, err);
         this.leases.onSessionLost(session);

@@ -10,7 +10,7 @@ import {
 import type { LockTarget } from '../keys.js';
 import type { LockMode, Observer } from '../observe/observer.js';
 import { setLongTimeout } from '../options.js';
-import { blockingLockSql, heldBySessionSql, LEASE_HELD, Op, type OpCode } from '../session/advisory-sql.js';
+import { blockingLockSql, heldBySessionSql, LEASE_HELD, Op, type OpCode } from './advisory-sql.js';
 import type { ReleaseListener } from '../session/listener.js';
 import type { Session } from '../session/session.js';
 import type { SessionPool } from '../session/session-pool.js';

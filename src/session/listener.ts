@@ -1,7 +1,9 @@
 import type pg from 'pg';
 import type { Logger } from '../observe/logger.js';
-import { NOTIFY_CHANNEL } from './advisory-sql.js';
 import type { ConnectionSource, PinnedConnection } from './connection-source.js';
+
+/** The channel releases NOTIFY when someone waits (the payload is the key); the listener LISTENs on it. */
+export const NOTIFY_CHANNEL = 'pgfence_release';
 
 /**
  * One LISTEN connection per locker, opened the first time something waits. A release that finds
