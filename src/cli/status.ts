@@ -12,7 +12,8 @@ import { booleanFlag, formatMs, numberFlag, type ParsedArgs } from './args.js';
 import { noPositionals, runCommand, type CommandSpec } from './command.js';
 import { databaseFlag, databaseHelp, databaseUrl, withApplicationName } from './database.js';
 import { EXIT } from './exit-codes.js';
-import { ago, clip, errorText, shortDuration, table, toJson } from './format.js';
+import { toJson } from '../core/json.js';
+import { ago, clip, errorText, shortDuration, table } from './format.js';
 
 const DEFAULT_INTERVAL_MS = 2000;
 
