@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
+import { sleep } from '../../src/core/signals.js';
 import { afterAll, inject } from 'vitest';
 
 /** The test server's URL with another database (and optionally other parameters). */
@@ -74,9 +75,7 @@ export async function killBackends(url: string, applicationName: string): Promis
   }
 }
 
-export function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
-}
+export { sleep };
 
 /** Polls `check` until it returns true or `timeoutMs` passes (generous bounds: tests assert outcomes, not timing). */
 export async function eventually(check: () => boolean | Promise<boolean>, timeoutMs = 15_000, what = 'condition'): Promise<void> {

@@ -1,4 +1,5 @@
-import { freePort, startEmbeddedPostgres } from '../../src/cli/demo/embedded.js';
+import { TIMED_OUT, within } from '../../src/core/signals.js';
+import { freePort, startEmbeddedPostgres } from '../../src/embedded/embedded-postgres.js';
 
 /** A PostgreSQL server for tests: its URL (to a maintenance database) and how to stop it. */
 export interface TestServer {
@@ -52,6 +53,8 @@ export async function startEmbedded(): Promise<TestServer & { dir: string; port:
 export { freePort };
 
 /** `p`, or a rejection once `ms` pass (a hang guard: tests assert outcomes, not timing). */
-export function withTimeout<T>(p: Promise<T>, ms: number, what = 'the promise'): Promise<T> {
-  return Promise.race([p, new Promise<T>((_, reject) => setTimeout(() => reject(new Error(`timeout: ${what}`)), ms).unref())]);
+export async function withTimeout<T>(p: Promise<T>, ms: number, what = 'the promise'): Promise<T> {
+  const result = await within(p, ms);
+  if (result === TIMED_OUT) throw new Error(`timeout: ${what}`);
+  return result;
 }
