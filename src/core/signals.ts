@@ -4,9 +4,6 @@ import { setTimeout as delay } from 'node:timers/promises';
 /** The longest delay one Node timer takes (~24.8 days); longer ones fire at once, with a warning. */
 export const MAX_TIMER_MS = 2 ** 31 - 1;
 
-// AbortSignal.any arrived in Node 20.3; engines allows 20.0.
-const nativeAny = (AbortSignal as { any?: (signals: AbortSignal[]) => AbortSignal }).any?.bind(AbortSignal);
-
 /**
  * A signal that aborts when any of `signals` does, with that signal's reason. Undefined entries are
  * skipped; a single signal is returned as it is.
@@ -14,7 +11,9 @@ const nativeAny = (AbortSignal as { any?: (signals: AbortSignal[]) => AbortSigna
 export function anySignal(...signals: (AbortSignal | undefined)[]): AbortSignal {
   const present = signals.filter((s): s is AbortSignal => s !== undefined);
   if (present.length === 1) return present[0]!;
-  if (nativeAny) return nativeAny(present);
+  // AbortSignal.any arrived in Node 20.3; engines allows 20.0.
+  const native = (AbortSignal as { any?: (signals: AbortSignal[]) => AbortSignal }).any;
+  if (native) return native.call(AbortSignal, present);
   const controller = new AbortController();
   const aborted = present.find((s) => s.aborted);
   if (aborted) {
@@ -70,4 +69,11 @@ export async function within<T>(promise: Promise<T>, ms: number): Promise<T | ty
   } finally {
     bound.abort();
   }
+}
+
+/** `promise`, or a rejection with `late()` once `ms` pass first (a hang guard on one answer). */
+export async function withDeadline<T>(promise: Promise<T>, ms: number, late: () => Error): Promise<T> {
+  const result = await within(promise, ms);
+  if (result === TIMED_OUT) throw late();
+  return result;
 }

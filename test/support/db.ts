@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { sleep } from '../../src/core/signals.js';
 import { afterAll, inject } from 'vitest';
+import { sleep } from '../../src/core/signals.js';
 
 /** The test server's URL with another database (and optionally other parameters). */
 export function withDatabase(url: string, database: string, params: Record<string, string> = {}): string {

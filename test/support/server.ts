@@ -1,4 +1,4 @@
-import { TIMED_OUT, within } from '../../src/core/signals.js';
+import { withDeadline } from '../../src/core/signals.js';
 import { freePort, startEmbeddedPostgres } from '../../src/embedded/embedded-postgres.js';
 
 /** A PostgreSQL server for tests: its URL (to a maintenance database) and how to stop it. */
@@ -53,8 +53,6 @@ export async function startEmbedded(): Promise<TestServer & { dir: string; port:
 export { freePort };
 
 /** `p`, or a rejection once `ms` pass (a hang guard: tests assert outcomes, not timing). */
-export async function withTimeout<T>(p: Promise<T>, ms: number, what = 'the promise'): Promise<T> {
-  const result = await within(p, ms);
-  if (result === TIMED_OUT) throw new Error(`timeout: ${what}`);
-  return result;
+export function withTimeout<T>(p: Promise<T>, ms: number, what = 'the promise'): Promise<T> {
+  return withDeadline(p, ms, () => new Error(`timeout: ${what}`));
 }
