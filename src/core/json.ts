@@ -14,6 +14,26 @@ export function toJson(value: unknown, indent?: number): string {
 }
 
 /**
+ * `value` as JSON.stringify accepts it, for consumers that serialise it themselves and throw on a
+ * bigint (pg-boss): itself when it already serialises; else its JSON round trip with bigints as
+ * strings; else (a cycle) its String().
+ */
+export function jsonCompatible(value: unknown): unknown {
+  if (typeof value === 'bigint') return value.toString();
+  if (typeof value !== 'object' || value === null) return value;
+  try {
+    JSON.stringify(value);
+    return value;
+  } catch {
+    try {
+      return JSON.parse(toJson(value));
+    } catch {
+      return String(value);
+    }
+  }
+}
+
+/**
  * A copy of `value` with every bigint as a decimal string, for consumers that serialise it later
  * themselves (loggers). Errors stay errors (same class, for `err.type`), copied with every own
  * property; arrays and plain objects are copied; other objects (dates, buffers, class instances) and

@@ -8,7 +8,7 @@
 import { InvalidArgumentError, PgfenceError, type FencedLockHandle, type Locker, type LockHandle, type LockLostError } from '../index.js';
 import { reportBounce, type BounceReporter } from '../observe/observer.js';
 import { runHolding } from '../advisory/nesting.js';
-import { toJson } from '../core/json.js';
+import { jsonCompatible } from '../core/json.js';
 import { anySignal, setLongTimeout } from '../core/signals.js';
 import { describeType } from '../keys.js';
 import { booleanOption, callback, durationMs, objectOption, optionKeys, optionsObject } from '../options.js';
@@ -200,7 +200,7 @@ export async function workWithLock<T = object>(
         // Not nested in any caller's lock: a job is a context of its own, whoever registered the worker.
         { timeoutMs: waitMs, signal: external, fencing, allowNested: true },
       );
-      return { ok: true, value: jsonValue(value) };
+      return { ok: true, value: jsonCompatible(value) };
     } catch (err) {
       let error = err;
       if (!acquired && (err as PgfenceError | null)?.code === 'PGFENCE_LOCK_TIMEOUT') {
@@ -363,32 +363,16 @@ function stopSignal(boss: BossLike): AbortSignal | undefined {
   return controller.signal;
 }
 
-/** A value pg-boss can store as JSON (it serialises with JSON.stringify, which throws on bigint). */
-function jsonValue(value: unknown): unknown {
-  if (typeof value === 'bigint') return value.toString();
-  if (typeof value !== 'object' || value === null) return value;
-  try {
-    JSON.stringify(value);
-    return value;
-  } catch {
-    try {
-      return JSON.parse(toJson(value));
-    } catch {
-      return String(value);
-    }
-  }
-}
-
 /**
  * An error pg-boss can serialise: pgfence errors carry bigint keys and tokens, and pg-boss 10 fails a
  * job with an unawaited statement whose rejection (on a bigint) would crash the process.
  */
 function jsonError(err: unknown, depth = 0): unknown {
-  if (!(err instanceof Error) || depth > 4) return jsonValue(err);
+  if (!(err instanceof Error) || depth > 4) return jsonCompatible(err);
   let changed = false;
   const fields: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(err)) {
-    fields[k] = jsonValue(v);
+    fields[k] = jsonCompatible(v);
     if (fields[k] !== v) changed = true;
   }
   const hasCause = 'cause' in err;
