@@ -1,3 +1,6 @@
+import { bigintAsString } from './core/json.js';
+import { isSchemaMissing, sqlState, SQLSTATE } from './core/sqlstate.js';
+
 /** Every `code` a PgfenceError can carry, for exhaustive switches (also at run time, for checks). */
 export const PGFENCE_ERROR_CODES = [
   // Locks
@@ -47,7 +50,7 @@ export class PgfenceError extends Error {
   /** JSON loggers serialise errors too: keys and tokens (bigints) become strings. */
   toJSON(): Record<string, unknown> {
     const out: Record<string, unknown> = { name: this.name, code: this.code, message: this.message };
-    for (const [k, v] of Object.entries(this)) out[k] = typeof v === 'bigint' ? String(v) : v;
+    for (const [k, v] of Object.entries(this)) out[k] = bigintAsString(k, v);
     return out;
   }
 }
@@ -199,19 +202,17 @@ export function describeLock(name: string | null, key: bigint): string {
   return name === null ? `key ${key}` : `"${name.length > 80 ? `${name.slice(0, 77)}...` : name}" (key ${key})`;
 }
 
-const MISSING_SCHEMA_CODES = new Set(['42883', '3F000', '42P01']);
-
 /**
  * The error for a statement that failed for a reason pgfence knows: it needed pgfence's schema
  * (undefined function, schema or table), or a key's fencing tokens are exhausted. Null otherwise.
  */
 export function schemaMissingError(err: unknown): PgfenceError | null {
-  const code = (err as { code?: unknown } | null)?.code;
-  if (code === '53200') return new LockTableFullError({ cause: err });
-  if (code === 'PGF02') {
+  const code = sqlState(err);
+  if (code === SQLSTATE.outOfSharedMemory) return new LockTableFullError({ cause: err });
+  if (code === SQLSTATE.tokensExhausted) {
     return new PgfenceError('PGFENCE_TOKENS_EXHAUSTED', `${(err as Error).message}; use another lock name`, { cause: err });
   }
-  if (typeof code !== 'string' || !MISSING_SCHEMA_CODES.has(code)) return null;
+  if (!isSchemaMissing(err)) return null;
   return new PgfenceError(
     'PGFENCE_NOT_MIGRATED',
     "this needs pgfence's schema (fencing tokens, leases): run migrate() or `pgfence migrate` against this database first",

@@ -19,9 +19,7 @@ export function optionKeys<T extends object>(keys: { readonly [K in keyof Requir
  */
 export function optionsObject<T extends object>(value: unknown, argument: string, known: OptionKeys<T>): Partial<T> {
   if (value === undefined) return {};
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-    throw new InvalidArgumentError(argument, `expected an options object, got ${describeType(value)}`);
-  }
+  objectOption(value, argument);
   // for-in with hasOwn: no array is allocated on the hot path.
   for (const key in value) {
     if (Object.hasOwn(value, key) && !(known as readonly string[]).includes(key)) throw unknownOption(key, argument, known);
@@ -102,6 +100,15 @@ export function positiveInteger(value: unknown, argument: string, max = 1_000_00
   return value;
 }
 
+/** An object of options passed on to another library as they are (its own keys, unchecked): undefined means {}. */
+export function objectOption(value: unknown, argument: string): object {
+  if (value === undefined) return {};
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw new InvalidArgumentError(argument, `expected an options object, got ${describeType(value)}`);
+  }
+  return value;
+}
+
 export function abortSignal(value: unknown, argument = 'signal'): AbortSignal | undefined {
   if (value === undefined) return undefined;
   if (!(value instanceof AbortSignal)) {
@@ -126,17 +133,4 @@ export function booleanOption(value: unknown, argument: string, fallback: boolea
 
 export function callback(value: unknown, argument: string): void {
   if (typeof value !== 'function') throw new InvalidArgumentError(argument, `expected a function, got ${describeType(value)}`);
-}
-
-/** setTimeout for any duration (Node caps a single timer at ~24.8 days); returns a cancel function. */
-export function setLongTimeout(fn: () => void, ms: number, unref = false): () => void {
-  if (ms === Infinity) return () => {};
-  const MAX = 2 ** 31 - 1;
-  let timer: NodeJS.Timeout;
-  const arm = (left: number) => {
-    timer = setTimeout(left > MAX ? () => arm(left - MAX) : fn, Math.min(left, MAX));
-    if (unref) timer.unref();
-  };
-  arm(ms);
-  return () => clearTimeout(timer);
 }

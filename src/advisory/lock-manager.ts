@@ -9,7 +9,7 @@ import {
 } from '../errors.js';
 import type { LockTarget } from '../keys.js';
 import type { LockMode, Observer } from '../observe/observer.js';
-import { setLongTimeout } from '../options.js';
+import { setLongTimeout } from '../core/signals.js';
 import { blockingLockSql, heldBySessionSql, LEASE_HELD, Op, type OpCode } from './advisory-sql.js';
 import type { ReleaseListener } from '../session/listener.js';
 import type { Session } from '../session/session.js';

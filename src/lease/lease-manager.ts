@@ -7,7 +7,7 @@ import {
 } from '../errors.js';
 import type { LockTarget } from '../keys.js';
 import type { Observer } from '../observe/observer.js';
-import { setLongTimeout } from '../options.js';
+import { setLongTimeout } from '../core/signals.js';
 import type { ConnectionSource } from '../session/connection-source.js';
 import type { ReleaseListener } from '../session/listener.js';
 import type { Session } from '../session/session.js';
