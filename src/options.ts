@@ -128,6 +128,14 @@ export function callback(value: unknown, argument: string): void {
   if (typeof value !== 'function') throw new InvalidArgumentError(argument, `expected a function, got ${describeType(value)}`);
 }
 
+/** The options of a try method (tryAcquire, tryLease): one attempt, so a timeoutMs other than 0 is refused. */
+export function singleAttempt<T extends { timeoutMs?: number }>(o: Partial<T>, method: string, waitingMethod: string): Partial<T> {
+  if (o.timeoutMs !== undefined && o.timeoutMs !== 0) {
+    throw new InvalidArgumentError('timeoutMs', `${method} makes a single attempt; use ${waitingMethod}() to wait`);
+  }
+  return { ...o, timeoutMs: 0 };
+}
+
 /** setTimeout for any duration (Node caps a single timer at ~24.8 days); returns a cancel function. */
 export function setLongTimeout(fn: () => void, ms: number, unref = false): () => void {
   if (ms === Infinity) return () => {};

@@ -12,7 +12,7 @@ import {
 import { nameToBytes, resolveLock, type LockName, type LockTarget } from '../keys.js';
 import { abortSignal, booleanOption, durationMs, oneOf, optionKeys, optionsObject, setLongTimeout } from '../options.js';
 import { isConnectionError } from '../session/connection-source.js';
-import type { LockMode } from '../observe/observer.js';
+import type { LockMode } from '../core/vocabulary.js';
 import { nextTokenSql, tryXactLockSql, undoWaitScript, waitXactLockScript } from './xact-sql.js';
 
 export interface XactLockOptions {
