@@ -1,9 +1,9 @@
 import type pg from 'pg';
 import { InvalidArgumentError } from './errors.js';
-import { describeType, nameToBytes } from './keys.js';
+import { nameToBytes } from './keys.js';
 import { jsonSafeLogger, type Logger, silentLogger } from './observe/logger.js';
 import type { Meter } from './observe/metrics.js';
-import { durationMs, optionKeys, optionsObject, positiveInteger } from './options.js';
+import { describeType, durationMs, optionKeys, optionsObject, positiveInteger } from './options.js';
 
 export interface LockerOptions {
   /**

@@ -1,5 +1,12 @@
 import { EventEmitter } from 'node:events';
-import { ACQUIRE_OPTION_KEYS, acquireRequest, tryAcquireRequest, type AcquireOptions, type FencedAcquireOptions } from './advisory/acquire-options.js';
+import {
+  ACQUIRE_OPTION_KEYS,
+  acquireRequest,
+  leaderGuardRequest,
+  tryAcquireRequest,
+  type AcquireOptions,
+  type FencedAcquireOptions,
+} from './advisory/acquire-options.js';
 import { acquireAll, type CompositeLockHandle } from './advisory/composite-handle.js';
 import { LockBudget } from './advisory/lock-budget.js';
 import { AdvisoryLockManager, type AcquireRequest } from './advisory/lock-manager.js';
@@ -191,7 +198,8 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
   leader(name: LockName, opts?: Omit<LeaseOptions, 'timeoutMs' | 'allowNested'>): LeaderElection {
     const campaign = startCampaign(this.ctx, name, opts, {
       lease: (leaseOpts) => this.lease(name, leaseOpts),
-      lock: (request) => this.locks.acquire(request, false) as Promise<LockHandle>,
+      guard: async (key, guardName) =>
+        (await this.ctx.refusedIfPooled(this.locks.acquire(leaderGuardRequest(this.ctx, key, guardName), false)))!,
     });
     this.campaigns.add(campaign);
     return campaign;

@@ -60,6 +60,24 @@ export function acquireRequest(ctx: LockerContext, name: LockName | undefined, o
   return request;
 }
 
+/**
+ * The session lock that guards a leader's term: named, and reported as kind 'leader' (status and
+ * metrics show the term, not an anonymous key); bounded by deadlineMs.
+ */
+export function leaderGuardRequest(ctx: LockerContext, key: bigint, name: string): AcquireRequest {
+  ctx.noteName(key, name);
+  if (ctx.refusal) throw ctx.refusal;
+  return {
+    target: { key, name },
+    mode: 'exclusive',
+    timeoutMs: ctx.deadlineMs,
+    signal: undefined,
+    ttlMs: undefined,
+    fencing: false,
+    kind: 'leader',
+  };
+}
+
 /** tryAcquire's request: acquire's, with a single attempt. */
 export function tryAcquireRequest(ctx: LockerContext, name: LockName | undefined, opts: Omit<AcquireOptions, 'timeoutMs'> | undefined): AcquireRequest {
   const o = optionsObject<AcquireOptions>(opts, 'tryAcquire options', ACQUIRE_OPTION_KEYS);

@@ -1,8 +1,8 @@
 import type { LockerContext } from '../core/context.js';
 import { BaseHandle, type LockHandle } from '../core/handle.js';
 import { InvalidArgumentError, LockLostError, LockTimeoutError } from '../errors.js';
-import { describeType, resolveLock, type LockName, type LockTarget } from '../keys.js';
-import { optionsObject } from '../options.js';
+import { resolveLock, type LockName, type LockTarget } from '../keys.js';
+import { describeType, optionsObject } from '../options.js';
 import { ACQUIRE_OPTION_KEYS, acquireRequest, type AcquireOptions } from './acquire-options.js';
 import type { AcquireRequest } from './lock-manager.js';
 

@@ -1,5 +1,4 @@
 import { EventEmitter } from 'node:events';
-import type { AcquireRequest } from '../advisory/lock-manager.js';
 import type { LockerContext } from '../core/context.js';
 import type { LockHandle } from '../core/handle.js';
 import type { LockLostReason } from '../core/vocabulary.js';
@@ -65,10 +64,10 @@ export interface LeaderElection extends EventEmitter<LeaderEvents> {
 
 const RETRY_MS = 250;
 
-/** What a locker.leader() campaign takes from its locker: its leases, and its session locks. */
+/** What a locker.leader() campaign takes from its locker: its leases, and the session lock that guards a term. */
 export interface LeaderLocks {
   lease(opts: LeaseOptions): Promise<LeaseHandle>;
-  lock(request: AcquireRequest): Promise<LockHandle>;
+  guard: LeaderCampaignPorts['guard'];
 }
 
 /** locker.leader(): its options checked before any I/O, then a campaign started. */
@@ -86,21 +85,7 @@ export function startCampaign(
   const campaign = new LeaderCampaign(template.target, {
     // A campaign may start inside a lock callback: its own locks are not nested in it.
     lease: (signal) => locks.lease({ ...o, timeoutMs: Infinity, allowNested: true, signal: anySignal(signal, template.signal) }),
-    guard: (key, guardName) => {
-      // Named, and reported as kind 'leader': status and metrics show the term, not an anonymous key.
-      ctx.noteName(key, guardName);
-      const request: AcquireRequest = {
-        target: { key, name: guardName },
-        mode: 'exclusive',
-        timeoutMs: ctx.deadlineMs,
-        signal: undefined,
-        ttlMs: undefined,
-        fencing: false,
-        kind: 'leader',
-      };
-      if (ctx.refusal) return Promise.reject(ctx.refusal);
-      return ctx.refusedIfPooled(locks.lock(request));
-    },
+    guard: locks.guard,
     logger: ctx.logger,
   });
   template.signal?.addEventListener('abort', () => void campaign.resign(), { once: true });

@@ -1,7 +1,7 @@
 import type { LockerContext } from '../core/context.js';
 import { InvalidArgumentError } from '../errors.js';
-import { describeType, resolveLock, type LockName } from '../keys.js';
-import { abortSignal, booleanOption, durationMs, optionKeys, optionsObject, singleAttempt } from '../options.js';
+import { resolveLock, type LockName } from '../keys.js';
+import { abortSignal, booleanOption, describeType, durationMs, optionKeys, optionsObject, singleAttempt } from '../options.js';
 import type { LeaseRequest } from './lease-manager.js';
 
 export interface LeaseOptions<D = unknown> {
