@@ -52,7 +52,8 @@ export class LockerParts {
     return n;
   }
 
-  close(): Promise<void>[] {
-    return this.parts.map((part) => part.close());
+  /** Closes every part at once. */
+  async close(): Promise<void> {
+    await Promise.all(this.parts.map((part) => part.close()));
   }
 }
