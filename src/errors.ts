@@ -1,5 +1,6 @@
 import { bigintAsString } from './core/json.js';
 import { isSchemaMissing, sqlState, SQLSTATE } from './core/sqlstate.js';
+import type { LockLostReason } from './core/vocabulary.js';
 
 /** Every `code` a PgfenceError can carry, for exhaustive switches (also at run time, for checks). */
 export const PGFENCE_ERROR_CODES = [
@@ -72,9 +73,6 @@ export class LockTimeoutError extends PgfenceError {
     this.timeoutMs = timeoutMs;
   }
 }
-
-/** Why a held lock stopped being held. */
-export type LockLostReason = 'session-lost' | 'ttl-expired' | 'lease-expired' | 'lease-stolen' | 'closed';
 
 /** A held lock was lost: its session died, its TTL ran out, or its lease was taken over. */
 export class LockLostError extends PgfenceError {

@@ -1,5 +1,4 @@
 import { InvalidArgumentError } from './errors.js';
-import { describeType } from './keys.js';
 
 /** Checks every argument before any I/O: each failure names the argument and what it accepts. */
 
@@ -25,6 +24,14 @@ export function optionsObject<T extends object>(value: unknown, argument: string
     if (Object.hasOwn(value, key) && !(known as readonly string[]).includes(key)) throw unknownOption(key, argument, known);
   }
   return value as Partial<T>;
+}
+
+/** How a refused argument is shown in an error message: its type, and the start of its value. */
+export function describeType(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  if (typeof value === 'number' && Number.isNaN(value)) return 'NaN';
+  return typeof value === 'object' ? 'an object' : `${typeof value} ${String(value).slice(0, 40)}`;
 }
 
 function unknownOption(key: string, argument: string, known: readonly string[]): InvalidArgumentError {
@@ -133,4 +140,12 @@ export function booleanOption(value: unknown, argument: string, fallback: boolea
 
 export function callback(value: unknown, argument: string): void {
   if (typeof value !== 'function') throw new InvalidArgumentError(argument, `expected a function, got ${describeType(value)}`);
+}
+
+/** The options of a try method (tryAcquire, tryLease): one attempt, so a timeoutMs other than 0 is refused. */
+export function singleAttempt<T extends { timeoutMs?: number }>(o: Partial<T>, method: string, waitingMethod: string): Partial<T> {
+  if (o.timeoutMs !== undefined && o.timeoutMs !== 0) {
+    throw new InvalidArgumentError('timeoutMs', `${method} makes a single attempt; use ${waitingMethod}() to wait`);
+  }
+  return { ...o, timeoutMs: 0 };
 }

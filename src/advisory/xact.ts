@@ -14,7 +14,7 @@ import { abortSignal, booleanOption, durationMs, oneOf, optionKeys, optionsObjec
 import { setLongTimeout } from '../core/signals.js';
 import type { SqlExecutor } from '../core/sql-executor.js';
 import { isConnectionLost, sqlState, SQLSTATE } from '../core/sqlstate.js';
-import type { LockMode } from '../observe/observer.js';
+import type { LockMode } from '../core/vocabulary.js';
 import { nextTokenSql, tryXactLockSql, undoWaitScript, waitXactLockScript } from './xact-sql.js';
 
 export interface XactLockOptions {

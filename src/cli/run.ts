@@ -8,7 +8,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { constants, hostname } from 'node:os';
 import { existsSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
-import type { LockHandle } from '../advisory/handle.js';
+import type { LockHandle } from '../core/handle.js';
 import { TIMED_OUT, within } from '../core/signals.js';
 import { LockLostError, LockTimeoutError, LockUnavailableError, PgfenceError } from '../errors.js';
 import { lockKey } from '../keys.js';
