@@ -1,3 +1,4 @@
+import { anySignal } from '../core/signals.js';
 import { EventEmitter } from 'node:events';
 import type { LockerContext } from '../core/context.js';
 import type { LockHandle } from '../core/handle.js';
@@ -92,10 +93,6 @@ export function startCampaign(
   return campaign;
 }
 
-function anySignal(...signals: (AbortSignal | undefined)[]): AbortSignal {
-  const present = signals.filter((s): s is AbortSignal => s !== undefined);
-  return present.length === 1 ? present[0]! : AbortSignal.any(present);
-}
 
 export class LeaderCampaign extends EventEmitter<LeaderEvents> implements LeaderElection {
   /** Why the campaign ended by itself (it cannot run here), for whenElected(). */

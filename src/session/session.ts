@@ -1,7 +1,8 @@
 import type pg from 'pg';
 import { LockUnavailableError } from '../errors.js';
 import type { Logger } from '../observe/logger.js';
-import { type ConnectionSource, isConnectionError, type PinnedConnection } from './connection-source.js';
+import { isConnectionLost } from '../core/sqlstate.js';
+import type { ConnectionSource, PinnedConnection } from './connection-source.js';
 import type { OpStatements } from './op-statements.js';
 import { isSchemaGone, statementFailure, undoFailedBatch } from './reconcile.js';
 
@@ -283,7 +284,7 @@ export class Session {
       },
       (err: Error) => {
         // A statement of its own fails alone; the session carries on.
-        if (statement && !isConnectionError(err) && this.inFlight === batch) {
+        if (statement && !isConnectionLost(err) && this.inFlight === batch) {
           this.answered(batch);
           batch[0]!.reject(err);
           this.next();
@@ -318,7 +319,7 @@ export class Session {
   /** A statement failed: the connection is gone (the session dies), or the batch is reconciled. */
   private async failed(batch: PendingOp[], ops: LockOp[], err: Error): Promise<void> {
     if (this.state === 'dead') return; // die() already failed the batch
-    if (isConnectionError(err)) {
+    if (isConnectionLost(err)) {
       this.die(err);
       return;
     }
