@@ -5,6 +5,7 @@
  *  - 10,000 acquire() calls, 2,000 at a time, checked from another connection in pg_locks;
  *  - what held locks cost everyone else: an uncontended acquire+release cycle on the same locker
  *    while 0, 1,000 and 10,000 are held (rounds rotate the three).
+ * --quick takes a tenth of each (a smoke run: the targets are for 10,000).
  */
 
 import { performance } from 'node:perf_hooks';
@@ -15,11 +16,11 @@ import { atMost, timeRow } from '../report.js';
 import { fmt, pairedRatios, spread } from '../stats.js';
 import { throughput } from '../timing.js';
 
-const N = 10_000;
 const CHUNK = 2000;
 const MAX_SESSIONS = 2; // the default
 
 export async function many(ctx: BenchContext): Promise<void> {
+  const N = ctx.cfg.quick ? 1000 : 10_000;
   const appName = `${ctx.runId}_m7`;
   const locker = ctx.locker('m7', { maxHeldLocks: N + 1000 /* past the default budget, a share of the lock table */ });
   const floorClient = await ctx.client('m7b');
@@ -64,7 +65,7 @@ export async function many(ctx: BenchContext): Promise<void> {
       all.push(await sides[0]!());
     }
   }
-  timeRow(ctx, '7. acquireAll of 10,000 names vs one unnest statement', spread(all), spread(floor), pairedRatios(all, floor), atMost(3));
+  timeRow(ctx, `7. acquireAll of ${count(N)} names vs one unnest statement`, spread(all), spread(floor), pairedRatios(all, floor), atMost(3));
   timeRow(ctx, '7. ... releasing them (pg_advisory_unlock_all)', spread(releases[0]!), spread(releases[1]!), pairedRatios(releases[0]!, releases[1]!));
   ctx.note(`7. acquireAll (ms): ${fmt.list(all, 1)}; unnest floor ${fmt.list(floor, 1)}`);
 
@@ -73,6 +74,7 @@ export async function many(ctx: BenchContext): Promise<void> {
 }
 
 async function heldByAcquire(ctx: BenchContext, locker: ReturnType<BenchContext['locker']>, observer: Awaited<ReturnType<BenchContext['client']>>, names: string[], appName: string): Promise<void> {
+  const N = names.length;
   const expected = new Set(names.map((n) => lockKey(n).toString()));
   let handles: LockHandle[] = [];
   try {
@@ -99,7 +101,7 @@ async function heldByAcquire(ctx: BenchContext, locker: ReturnType<BenchContext[
         WHERE a.application_name = $1 AND l.locktype = 'advisory' AND l.granted`,
       [appName],
     );
-    const l = '7. 10,000 acquire() calls, 2,000 at a time:';
+    const l = `7. ${count(N)} acquire() calls, ${count(Math.min(N, CHUNK))} at a time:`;
     ctx.row({ measurement: `${l} granted in pg_locks`, pgfence: `${held.length}${allOurs ? '' : ' (unexpected keys!)'}`, target: `= ${N}`, met: held.length === N && allOurs });
     ctx.row({ measurement: `${l} connections holding them`, pgfence: String(holding.size), target: `<= ${MAX_SESSIONS}`, met: holding.size <= MAX_SESSIONS });
     ctx.row({ measurement: `${l} other locker connections`, pgfence: String(others.length), target: '(listener etc.)' });
@@ -113,7 +115,8 @@ async function heldByAcquire(ctx: BenchContext, locker: ReturnType<BenchContext[
 async function cycleWhileHeld(ctx: BenchContext, locker: ReturnType<BenchContext['locker']>, names: string[]): Promise<void> {
   const name = ctx.name('many', 'cycle');
   const cycle = async () => (await locker.acquire(name)).release();
-  const levels = [0, 1000, N] as const;
+  const N = names.length;
+  const levels = [0, N / 10, N] as const;
   // Held with acquire() calls, 2,000 at a time: the levels change every round, and this is the fast way in.
   const held: LockHandle[] = [];
   const hold = async (level: number) => {
@@ -136,7 +139,9 @@ async function cycleWhileHeld(ctx: BenchContext, locker: ReturnType<BenchContext
     await hold(0).catch(() => {});
   }
   const times = rates.map((rs) => rs.map((x) => 1000 / x));
-  timeRow(ctx, '7. acquire+release while 10,000 held (by acquire()) vs none', spread(times[2]!), spread(times[0]!), pairedRatios(times[2]!, times[0]!), atMost(1.5));
-  timeRow(ctx, '7. ... while 1,000 held vs none', spread(times[1]!), spread(times[0]!), pairedRatios(times[1]!, times[0]!));
-  ctx.note(`7. cycle (ms) per round at 0 / 1,000 / 10,000 held: ${times.map((t) => fmt.list(t, 3)).join(' / ')}`);
+  timeRow(ctx, `7. acquire+release while ${count(N)} held (by acquire()) vs none`, spread(times[2]!), spread(times[0]!), pairedRatios(times[2]!, times[0]!), atMost(1.5));
+  timeRow(ctx, `7. ... while ${count(N / 10)} held vs none`, spread(times[1]!), spread(times[0]!), pairedRatios(times[1]!, times[0]!));
+  ctx.note(`7. cycle (ms) per round at 0 / ${count(N / 10)} / ${count(N)} held: ${times.map((t) => fmt.list(t, 3)).join(' / ')}`);
 }
+
+const count = (n: number) => n.toLocaleString('en-US');
