@@ -59,6 +59,8 @@ export class BenchContext {
   readonly rows: Row[] = [];
   readonly notes: string[] = [];
   private closers: (() => Promise<unknown>)[] = [];
+  /** One round trip (SELECT 1 on a pinned client, median), measured before the first measurement. */
+  rttMs = NaN;
 
   constructor(
     readonly url: string,

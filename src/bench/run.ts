@@ -75,6 +75,7 @@ export async function runBench(run: BenchRun): Promise<number> {
   const { cfg, out } = run;
   if (run.migrate) await migrate({ connectionString: run.url });
   const env = await environment(ctx);
+  ctx.rttMs = env.rttUs / 1000;
   const busy = await machineBusy(cfg.quick ? 300 : 1000); // before anything of ours runs
   const cpus = os.cpus();
   const pgVersion = (createRequire(import.meta.url)('pg/package.json') as { version: string }).version;

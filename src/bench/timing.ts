@@ -48,7 +48,7 @@ export async function throughput(workers: number, ms: number, cycle: Cycle, minC
   await Promise.race([done, Promise.all(loops)]);
   stop = true;
   await Promise.all(loops);
-  return { rate: (counted * 1000) / (lastAt - t0), cycles: counted };
+  return { rate: counted === 0 ? 0 : (counted * 1000) / (lastAt - t0), cycles: counted };
 }
 
 export interface Side {
