@@ -5,7 +5,7 @@
 
 import { performance } from 'node:perf_hooks';
 import type { BenchConfig } from './context.js';
-import { median, pairedRatios, spread, type Spread } from './stats.js';
+import { median, pairedRatios, type Spread } from './stats.js';
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
@@ -110,4 +110,3 @@ export async function interleavedSamples(count: number, sides: (() => Promise<nu
   return out;
 }
 
-export { spread };

@@ -67,10 +67,9 @@ export class WireProxy {
     if (this.counting) this.counts.connections++;
     client.on('data', (chunk: Buffer) => {
       upstream.write(chunk);
-      if (!this.counting) {
-        // Still parse, so message boundaries stay known when counting starts.
-      } else if (serverSpoke) this.counts.roundTrips++;
+      if (this.counting && serverSpoke) this.counts.roundTrips++;
       serverSpoke = false;
+      // Parsed also while not counting, so that message boundaries are known when counting starts.
       pending = pending.length ? Buffer.concat([pending, chunk]) : chunk;
       for (;;) {
         if (untyped) {
