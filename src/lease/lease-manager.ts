@@ -13,7 +13,8 @@ import type { ReleaseListener } from '../session/listener.js';
 import type { Session } from '../session/session.js';
 import type { SessionPool } from '../session/session-pool.js';
 import { BaseHandle, type LockHandle } from '../advisory/handle.js';
-import { closedError, WaitLines, type Attempt } from '../advisory/wait-line.js';
+import type { Attempt } from '../wait/strategy.js';
+import { closedError, WaitLines } from '../wait/wait-lines.js';
 import { acquireLeaseSql, releaseLeaseSql, renewLeaseSql } from './lease-sql.js';
 
 export interface LeaseRequest {
