@@ -54,7 +54,7 @@ interface AcquireRow {
 /**
  * Table-backed leases of one locker. A lease is taken by one statement that checks expiry on the
  * database clock and issues the fencing token in the same transaction. Local waiters line up per key
- * (WaitLine); the head looks at the lease (a busy check writes nothing) when a release is announced,
+ * (src/wait); the head looks at the lease (a busy check writes nothing) when a release is announced,
  * when the current lease is due to expire, or at its poll.
  */
 export class LeaseManager {

@@ -58,6 +58,8 @@ export class WaitLine<R extends LineRequest, H> {
   private attemptFor: Waiter<R, H> | null = null;
   /** Cancels the blocking wait in flight. */
   private blockCancel: AbortController | null = null;
+  /** drained() calls waiting for the key to go quiet. */
+  private onQuiet: (() => void)[] = [];
 
   constructor(
     readonly key: bigint,
@@ -66,15 +68,6 @@ export class WaitLine<R extends LineRequest, H> {
     private readonly strategy: WaitStrategy<R, H>,
     private readonly count: WaitCount = new WaitCount(),
   ) {}
-
-  get length(): number {
-    return this.queue.length;
-  }
-
-  /** Nothing is in flight for the key. */
-  get quiet(): boolean {
-    return !this.busy;
-  }
 
   enqueue(request: R, nullOnTimeout: boolean): Promise<H | null> {
     if (request.signal?.aborted) return Promise.reject(request.signal.reason);
@@ -101,11 +94,10 @@ export class WaitLine<R extends LineRequest, H> {
       this.queue.push(waiter);
       this.count.n++;
       // Busy here already (others wait, or local holders hold it): a single try fails at once.
-      if (this.queue.length > 1 || this.strategy.heldHere?.()) {
-        if (this.queue.length > 1 || !this.canShareNow(request)) {
-          if (request.timeoutMs === 0) return this.settle(waiter, () => waiter.resolve(null));
-          this.contended(waiter);
-        }
+      const behindOthers = this.queue.length > 1;
+      if (behindOthers || (this.strategy.heldHere?.() && !this.canShareNow(request))) {
+        if (request.timeoutMs === 0) return this.settle(waiter, () => waiter.resolve(null));
+        this.contended(waiter);
       }
       this.drive();
     });
@@ -142,8 +134,6 @@ export class WaitLine<R extends LineRequest, H> {
   async drained(): Promise<void> {
     while (this.busy) await new Promise<void>((resolve) => this.onQuiet.push(resolve));
   }
-
-  private onQuiet: (() => void)[] = [];
 
   private drive(): void {
     this.serve();
