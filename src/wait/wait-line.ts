@@ -103,14 +103,19 @@ export class WaitLine<R extends LineRequest, H> {
     });
   }
 
-  /** A release of the key was announced, or a poll fell due: the waiting head looks again. */
+  /** A release of the key was announced (or a local holder let go): the waiting head looks again. */
   wake(): void {
+    this.lookAgain(true);
+  }
+
+  /** `released`: a release was announced, and the poll starts over; else a poll fell due, and it backs off further. */
+  private lookAgain(released: boolean): void {
     if (!this.queue[0]?.waiting) return;
     if (this.busy) {
       this.wakePending = true;
       return;
     }
-    this.pollDelayMs = FIRST_POLL_MS;
+    if (released) this.pollDelayMs = FIRST_POLL_MS;
     this.drive();
   }
 
@@ -300,7 +305,7 @@ export class WaitLine<R extends LineRequest, H> {
     this.pollDelayMs = Math.min(MAX_POLL_MS, this.pollDelayMs * 2);
     this.pollTimer = setTimeout(() => {
       this.pollTimer = null;
-      this.wake();
+      this.lookAgain(false);
     }, Math.max(1, delay));
   }
 
