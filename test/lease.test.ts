@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createLocker, InvalidArgumentError, LockLostError, lockKey, type Locker } from '../src/index.js';
+import { createLocker, InvalidArgumentError, LockLostError, LockTimeoutError, lockKey, type Locker } from '../src/index.js';
 import { releaseLeaseSql, renewLeaseSql } from '../src/lease/lease-sql.js';
 import { NOTIFY_CHANNEL } from '../src/session/listener.js';
 import { eventually, sleep, track, useMigratedDatabase } from './support/db.js';
@@ -129,6 +129,19 @@ describe('leases', () => {
       await waiterLocker.close();
       await waiterPool.end();
     }
+  });
+
+  it('reports contention once per waiting request, also for one that waited behind another local waiter', async () => {
+    const [holder, other] = [open(), open()];
+    const held = await holder.lease('lease:contention', { ttlMs: 30_000 });
+    const first = other.lease('lease:contention', { timeoutMs: 300 }).catch((err: unknown) => err);
+    await eventually(async () => other.stats().waiting === 1, 15_000, 'the first wait to start');
+    // Queued behind the first (contention), then the head once the first has timed out: it finds the lease busy again.
+    const second = other.lease('lease:contention', { timeoutMs: 1500 }).catch((err: unknown) => err);
+    expect(await first).toBeInstanceOf(LockTimeoutError);
+    expect(await second).toBeInstanceOf(LockTimeoutError);
+    expect(other.stats()).toMatchObject({ contention: 2, timeouts: 2 });
+    await held.release();
   });
 
   it('withLease releases after the callback', async () => {

@@ -8,7 +8,8 @@ import type { ReleaseListener } from '../session/listener.js';
 import type { Session } from '../session/session.js';
 import type { SessionPool } from '../session/session-pool.js';
 import { BaseHandle, type LockHandle } from '../core/handle.js';
-import { closedError, WaitLines, type Attempt } from '../advisory/wait-line.js';
+import type { Attempt } from '../wait/strategy.js';
+import { closedError, WaitLines } from '../wait/wait-lines.js';
 import { acquireLeaseSql, releaseLeaseSql, renewLeaseSql } from './lease-sql.js';
 
 export interface LeaseRequest {
@@ -48,7 +49,7 @@ interface AcquireRow {
 /**
  * Table-backed leases of one locker. A lease is taken by one statement that checks expiry on the
  * database clock and issues the fencing token in the same transaction. Local waiters line up per key
- * (WaitLine); the head looks at the lease (a busy check writes nothing) when a release is announced,
+ * (src/wait); the head looks at the lease (a busy check writes nothing) when a release is announced,
  * when the current lease is due to expire, or at its poll.
  */
 export class LeaseManager {
