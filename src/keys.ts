@@ -1,9 +1,6 @@
 import murmur from 'murmurhash3js-revisited';
-import { InvalidArgumentError } from './errors.js';
-import { describeType, optionKeys, optionsObject } from './options.js';
-
-// Its home is options.ts (keys.ts imports the option checks, not the other way round); named here for existing importers.
-export { describeType };
+import { describeType, InvalidArgumentError } from './core/index.js';
+import { optionKeys, optionsObject } from './options.js';
 
 /** What a lock is called: a name (hashed) or an explicit int64 key. */
 export type LockName = string | bigint | number;

@@ -1,6 +1,6 @@
-import { nextTokenExpr } from '../fencing/token-sql.js';
-import type { OpFlavour, OpStatements, Prepared } from '../session/op-statements.js';
-import { hiOf, loOf, MarkerOp, noOtherWaiters, notifyIfWaiters, registerMarker } from '../wait/marker-sql.js';
+import { nextTokenExpr } from '../fencing/index.js';
+import type { OpFlavour, OpStatements, Prepared } from '../session/index.js';
+import { hiOf, loOf, MarkerOp, noOtherWaiters, notifyIfWaiters, registerMarker } from '../wait/index.js';
 
 /**
  * The SQL of session advisory locks, in one place.

@@ -1,12 +1,18 @@
-import { LockUnavailableError, PgfenceError, schemaMissingError } from '../errors.js';
+import { LockUnavailableError, PgfenceError, schemaMissingError } from '../core/index.js';
 import { blockingLockSql, heldBySessionSql, Op } from './advisory-sql.js';
-import type { Session } from '../session/session.js';
-import { SessionLostError, WITHDRAWN } from '../session/session.js';
-import type { SessionPool } from '../session/session-pool.js';
-import type { Attempt } from '../wait/strategy.js';
-import type { KeyLock } from './key-lock.js';
-import type { AcquireRequest, AdvisoryLockHandle } from './lock-manager.js';
+import type { Session } from '../session/index.js';
+import { SessionLostError, WITHDRAWN } from '../session/index.js';
+import type { SessionPool } from '../session/index.js';
+import type { Attempt } from '../wait/index.js';
+import type { AcquireRequest, AdvisoryLockHandle } from './advisory-lock.js';
 import { decodeBlockResult } from './op-result.js';
+
+/** The key a blocking wait is for, as its per-key lock state lets the wait report a grant. */
+export interface BlockedKey {
+  readonly key: bigint;
+  /** The wait was granted on `session`: the key is held there, and the request gets its handle. */
+  taken(request: AcquireRequest, session: Session, token: bigint | null): AdvisoryLockHandle;
+}
 
 /** After a blocking wait ended without a grant, the waiter looks again this soon. */
 const LOOK_AGAIN_MS = 1;
@@ -30,7 +36,7 @@ export class BlockingWait {
   ) {}
 
   /** Waits for `request`'s key for at most remainingMs, or null when the waiter session is not free. */
-  block(lock: KeyLock, request: AcquireRequest, remainingMs: number, cancel: AbortSignal): Promise<Attempt<AdvisoryLockHandle>> | null {
+  block(lock: BlockedKey, request: AcquireRequest, remainingMs: number, cancel: AbortSignal): Promise<Attempt<AdvisoryLockHandle>> | null {
     if (this.active || this.closed() || this.holdsOnWaiterSession()) return null;
     let session: Session;
     try {
@@ -73,7 +79,7 @@ export class BlockingWait {
       );
   }
 
-  private async failed(lock: KeyLock, request: AcquireRequest, session: Session, err: unknown): Promise<Attempt<AdvisoryLockHandle>> {
+  private async failed(lock: BlockedKey, request: AcquireRequest, session: Session, err: unknown): Promise<Attempt<AdvisoryLockHandle>> {
     const lookAgain = { busy: true as const, retryInMs: LOOK_AGAIN_MS };
     const code = (err as { code?: unknown })?.code;
     // Taken back before it was sent: it never waited, and holds nothing.

@@ -1,10 +1,11 @@
-import type { LockerContext } from '../core/context.js';
-import { BaseHandle, type LockHandle } from '../core/handle.js';
-import { InvalidArgumentError, LockLostError, LockTimeoutError } from '../errors.js';
+import type { LockerContext } from '../locker-parts.js';
+import { BaseHandle, type LockHandle } from '../core/index.js';
+import { InvalidArgumentError, LockLostError, LockTimeoutError } from '../core/index.js';
 import { resolveLock, type LockName, type LockTarget } from '../keys.js';
-import { describeType, optionsObject } from '../options.js';
+import { optionsObject } from '../options.js';
+import { describeType } from '../core/index.js';
 import { ACQUIRE_OPTION_KEYS, acquireRequest, type AcquireOptions } from './acquire-options.js';
-import type { AcquireRequest } from './lock-manager.js';
+import type { AcquireRequest } from './advisory-lock.js';
 
 /**
  * acquireAll: every name's lock, taken one at a time in ascending key order within one timeout, or

@@ -1,16 +1,16 @@
-import { LockerClosedError, LockLostError, LockTimeoutError, LockUnavailableError, PgfenceError } from '../errors.js';
-import type { LockMode } from '../core/vocabulary.js';
-import type { Observer } from '../observe/observer.js';
-import { setLongTimeout } from '../core/signals.js';
+import { LockerClosedError, LockLostError, LockTimeoutError, LockUnavailableError, PgfenceError } from '../core/index.js';
+import type { LockMode } from '../core/index.js';
+import type { Observer } from '../observe/index.js';
+import { setLongTimeout } from '../core/index.js';
 import { Op, type OpCode } from './advisory-sql.js';
-import type { ReleaseListener } from '../session/listener.js';
-import type { Session } from '../session/session.js';
-import { SessionLostError } from '../session/session.js';
-import type { SessionPool } from '../session/session-pool.js';
-import type { Attempt, AttemptPhase, Busy, WaitStrategy } from '../wait/strategy.js';
-import { WaitCount, WaitLine } from '../wait/wait-line.js';
+import type { ReleaseListener } from '../session/index.js';
+import type { Session } from '../session/index.js';
+import { SessionLostError } from '../session/index.js';
+import type { SessionPool } from '../session/index.js';
+import type { Attempt, AttemptPhase, Busy, WaitStrategy } from '../wait/index.js';
+import { WaitCount, WaitLine } from '../wait/index.js';
 import type { BlockingWait } from './blocking-wait.js';
-import type { AcquireRequest, AdvisoryLockHandle } from './lock-manager.js';
+import type { AcquireRequest, AdvisoryLockHandle } from './advisory-lock.js';
 import { decodeTryResult, decodeUnlockResult } from './op-result.js';
 
 /** A marker registration that collided with a release probe is retried this soon. */

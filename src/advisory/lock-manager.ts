@@ -1,28 +1,13 @@
-import { LockerClosedError } from '../errors.js';
-import type { LockTarget } from '../keys.js';
-import type { LockMode } from '../core/vocabulary.js';
-import type { Observer } from '../observe/observer.js';
-import type { ReleaseListener } from '../session/listener.js';
-import type { Session } from '../session/session.js';
-import type { SessionPool } from '../session/session-pool.js';
-import { WaitCount } from '../wait/wait-line.js';
+import { LockerClosedError } from '../core/index.js';
+import type { Observer } from '../observe/index.js';
+import type { ReleaseListener } from '../session/index.js';
+import type { Session } from '../session/index.js';
+import type { SessionPool } from '../session/index.js';
+import { WaitCount } from '../wait/index.js';
 import { BlockingWait } from './blocking-wait.js';
-import { BaseHandle } from '../core/handle.js';
 import { KeyLock, type KeyLockContext } from './key-lock.js';
+import { AdvisoryLockHandle, type AcquireRequest } from './advisory-lock.js';
 
-export interface AcquireRequest {
-  target: LockTarget;
-  mode: LockMode;
-  /** 0 = one attempt; Infinity = no bound. */
-  timeoutMs: number;
-  signal: AbortSignal | undefined;
-  /** Maximum hold, or undefined. */
-  ttlMs: number | undefined;
-  /** Issue a fencing token with the grant (exclusive only). */
-  fencing: boolean;
-  /** How events and metrics report it: 'leader' for a leader election's session guard; default 'lock'. */
-  kind?: 'lock' | 'leader';
-}
 
 /** Key states kept after use (beyond this, idle ones are dropped). */
 const MAX_IDLE_STATES = 4096;
@@ -168,26 +153,5 @@ export class AdvisoryLockManager {
     if (lock.heldMode === null && !lock.releasing && this.locks.size > MAX_IDLE_STATES && this.locks.get(lock.key) === lock) {
       this.locks.delete(lock.key);
     }
-  }
-}
-
-/** A session advisory lock held by this locker. */
-export class AdvisoryLockHandle extends BaseHandle {
-  /** @internal */ cancelTtl: (() => void) | undefined;
-
-  constructor(
-    private readonly manager: AdvisoryLockManager,
-    name: string | null,
-    key: bigint,
-    mode: LockMode,
-    token: bigint | null,
-    /** The session id the lock lives on (pgfence-internal). */ readonly sessionId: number,
-    kind: 'lock' | 'leader' = 'lock',
-  ) {
-    super(kind, name, key, mode, token);
-  }
-
-  protected doRelease(): Promise<boolean> {
-    return this.manager.release(this);
   }
 }

@@ -1,4 +1,4 @@
-import { MARKER_FAILED } from '../wait/marker-sql.js';
+import { MARKER_FAILED } from '../wait/index.js';
 import { LEASE_HELD, Op, type OpCode } from './advisory-sql.js';
 
 /** What a try (or a marker registration) answered, read once from the session's result number. */

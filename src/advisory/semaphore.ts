@@ -1,15 +1,15 @@
-import { LockLostError, LockUnavailableError, PgfenceError } from '../errors.js';
+import { LockLostError, LockUnavailableError, PgfenceError } from '../core/index.js';
 import { internalKey, type LockTarget } from '../keys.js';
 import { optionKeys } from '../options.js';
-import type { Observer } from '../observe/observer.js';
-import type { ReleaseListener } from '../session/listener.js';
-import type { Session } from '../session/session.js';
-import { SessionLostError } from '../session/session.js';
-import type { SessionPool } from '../session/session-pool.js';
-import { BaseHandle, type LockHandle } from '../core/handle.js';
+import type { Observer } from '../observe/index.js';
+import type { ReleaseListener } from '../session/index.js';
+import type { Session } from '../session/index.js';
+import { SessionLostError } from '../session/index.js';
+import type { SessionPool } from '../session/index.js';
+import { BaseHandle, type LockHandle } from '../core/index.js';
 import { releaseSlotSql, tryAnySlotSql } from './semaphore-sql.js';
-import type { Attempt, AttemptPhase, LineRequest } from '../wait/strategy.js';
-import { closedError, WaitLines } from '../wait/wait-lines.js';
+import type { Attempt, AttemptPhase, LineRequest } from '../wait/index.js';
+import { closedError, WaitLines } from '../wait/index.js';
 
 export interface SemaphoreOptions {
   /** How many holders at most, across every process. Use the same number everywhere for a name. */

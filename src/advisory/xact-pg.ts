@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { pgSqlExecutor } from '../core/sql-executor.js';
+import { pgSqlExecutor } from '../core/index.js';
 import type { LockName } from '../keys.js';
 import {
   tryXactLockWith,

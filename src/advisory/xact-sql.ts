@@ -1,4 +1,4 @@
-import { nextTokenExpr } from '../fencing/token-sql.js';
+import { nextTokenExpr } from '../fencing/index.js';
 
 /**
  * The SQL of transaction-scoped advisory locks. A blocking wait runs as one simple-protocol script

@@ -8,13 +8,13 @@ import {
   NotInTransactionError,
   schemaMissingError,
   TransactionAbortedError,
-} from '../errors.js';
+} from '../core/index.js';
 import { nameToBytes, resolveLock, type LockName, type LockTarget } from '../keys.js';
 import { abortSignal, booleanOption, durationMs, oneOf, optionKeys, optionsObject } from '../options.js';
-import { setLongTimeout } from '../core/signals.js';
-import type { SqlExecutor } from '../core/sql-executor.js';
-import { isConnectionLost, sqlState, SQLSTATE } from '../core/sqlstate.js';
-import type { LockMode } from '../core/vocabulary.js';
+import { setLongTimeout } from '../core/index.js';
+import type { SqlExecutor } from '../core/index.js';
+import { isConnectionLost, sqlState, SQLSTATE } from '../core/index.js';
+import type { LockMode } from '../core/index.js';
 import { nextTokenSql, tryXactLockSql, undoWaitScript, waitXactLockScript } from './xact-sql.js';
 
 export interface XactLockOptions {

@@ -1,15 +1,15 @@
-import type { LockLostReason } from '../core/vocabulary.js';
-import { LockLostError, LockUnavailableError, PgfenceError, schemaMissingError } from '../errors.js';
+import type { LockLostReason } from '../core/index.js';
+import { LockLostError, LockUnavailableError, PgfenceError, schemaMissingError } from '../core/index.js';
 import type { LockTarget } from '../keys.js';
-import type { Observer } from '../observe/observer.js';
-import { setLongTimeout } from '../core/signals.js';
-import type { ConnectionSource } from '../session/connection-source.js';
-import type { ReleaseListener } from '../session/listener.js';
-import type { Session } from '../session/session.js';
-import type { SessionPool } from '../session/session-pool.js';
-import { BaseHandle, type LockHandle } from '../core/handle.js';
-import type { Attempt } from '../wait/strategy.js';
-import { closedError, WaitLines } from '../wait/wait-lines.js';
+import type { Observer } from '../observe/index.js';
+import { setLongTimeout } from '../core/index.js';
+import type { ConnectionSource } from '../session/index.js';
+import type { ReleaseListener } from '../session/index.js';
+import type { Session } from '../session/index.js';
+import type { SessionPool } from '../session/index.js';
+import { BaseHandle, type LockHandle } from '../core/index.js';
+import type { Attempt } from '../wait/index.js';
+import { closedError, WaitLines } from '../wait/index.js';
 import { acquireLeaseSql, releaseLeaseSql, renewLeaseSql } from './lease-sql.js';
 
 export interface LeaseRequest {

@@ -1,4 +1,4 @@
-import { notifyIfWaiters } from '../wait/marker-sql.js';
+import { notifyIfWaiters } from '../wait/index.js';
 
 /**
  * The SQL of leases. Taking a lease is pgfence.lease_acquire (sql/leases.sql): it issues the fencing

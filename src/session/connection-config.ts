@@ -7,7 +7,7 @@
  */
 
 import type pg from 'pg';
-import { InvalidArgumentError } from '../errors.js';
+import { InvalidArgumentError } from '../core/index.js';
 
 type Env = Record<string, string | undefined>;
 

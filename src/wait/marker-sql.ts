@@ -1,4 +1,4 @@
-import { NOTIFY_CHANNEL } from '../session/listener.js';
+import { NOTIFY_CHANNEL } from '../session/index.js';
 
 /**
  * Waiter markers and wake-ups, shared by session locks, semaphores and leases.

@@ -1,4 +1,4 @@
-import type { Session } from '../session/session.js';
+import type { Session } from '../session/index.js';
 
 /** What every waiting request carries. */
 export interface LineRequest {

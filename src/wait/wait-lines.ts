@@ -1,10 +1,10 @@
-import { LockerClosedError, LockTimeoutError } from '../errors.js';
+import { LockerClosedError, LockTimeoutError } from '../core/index.js';
 import type { LockTarget } from '../keys.js';
-import type { HeldLockInfo, LockKind } from '../core/vocabulary.js';
-import type { Observer } from '../observe/observer.js';
-import type { ReleaseListener } from '../session/listener.js';
-import type { Session } from '../session/session.js';
-import type { SessionPool } from '../session/session-pool.js';
+import type { HeldLockInfo, LockKind } from '../core/index.js';
+import type { Observer } from '../observe/index.js';
+import type { ReleaseListener } from '../session/index.js';
+import type { Session } from '../session/index.js';
+import type { SessionPool } from '../session/index.js';
 import type { Attempt, AttemptPhase, LineRequest } from './strategy.js';
 import { WaitCount, WaitLine } from './wait-line.js';
 
