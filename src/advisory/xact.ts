@@ -123,7 +123,11 @@ function prepare(exec: XactExecutor, name: LockName, opts: XactLockOptions | und
  */
 export async function xactLockWith(exec: XactExecutor, name: LockName, opts?: XactLockOptions): Promise<XactLockResult> {
   const p = prepare(exec, name, opts, false);
-  const result = p.timeoutMs === 0 ? await tryOnce(exec, p) : await wait(exec, p);
+  const deadline = p.timeoutMs === Infinity ? Infinity : performance.now() + p.timeoutMs;
+  if (p.timeoutMs !== 0 && p.signal?.aborted) throw p.signal.reason;
+  // A free key costs one plain statement. Only a busy one waits, in the savepoint script: a statement
+  // that fails or times out while waiting is rolled back without the caller's transaction.
+  const result = (await tryOnce(exec, p)) ?? (p.timeoutMs === 0 ? null : await wait(exec, p, deadline));
   if (!result) throw new LockTimeoutError(p.target.name, p.target.key, p.timeoutMs);
   return result;
 }
@@ -136,7 +140,7 @@ export async function tryXactLockWith(exec: XactExecutor, name: LockName, opts?:
 async function tryOnce(exec: XactExecutor, p: Prepared): Promise<XactLockResult | null> {
   let rows: { in_xact: boolean; nested: boolean; granted: boolean | null; xact: string; token?: string | null }[];
   try {
-    rows = await answered(exec, 0, () => exec.query(tryXactLockSql(p.shared, p.fencing), [p.target.key, p.nestedIn]));
+    rows = await answered(exec, 0, () => exec.query(tryXactLockSql({ key: p.target.key, shared: p.shared, fenced: p.fencing, nestedIn: p.nestedIn }), []));
   } catch (err) {
     throw translate(err, p);
   }
@@ -147,8 +151,7 @@ async function tryOnce(exec: XactExecutor, p: Prepared): Promise<XactLockResult 
   return granted(exec, p, row.xact, row.token ?? null);
 }
 
-async function wait(exec: XactExecutor, p: Prepared): Promise<XactLockResult | null> {
-  const deadline = p.timeoutMs === Infinity ? Infinity : performance.now() + p.timeoutMs;
+async function wait(exec: XactExecutor, p: Prepared, deadline: number): Promise<XactLockResult | null> {
   let first = true;
   for (;;) {
     if (p.signal?.aborted) {
