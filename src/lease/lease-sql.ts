@@ -40,3 +40,10 @@ SELECT r.freed IS NOT NULL AS released,
              AND NOT (pg_try_advisory_lock(${hiOf('$1::int8')}, ${loOf('$1::int8')}) AND pg_advisory_unlock(${hiOf('$1::int8')}, ${loOf('$1::int8')}))
             THEN pg_notify('${NOTIFY_CHANNEL}', $1::int8::text) IS NULL END AS notified
 FROM (SELECT 1) AS one LEFT JOIN released AS r ON true`;
+
+/** The lease statements with their names: prepared once per direct connection (see lease-statements.ts). */
+export const leaseStatements = {
+  acquire: { name: 'pgfence_lease_acquire', text: acquireLeaseSql },
+  renew: { name: 'pgfence_lease_renew', text: renewLeaseSql },
+  release: { name: 'pgfence_lease_release', text: releaseLeaseSql },
+} as const;
