@@ -10,7 +10,7 @@ import {
   TransactionAbortedError,
 } from '../errors.js';
 import { nameToBytes, resolveLock, type LockName, type LockTarget } from '../keys.js';
-import { abortSignal, booleanOption, durationMs, oneOf, optionKeys, optionsObject, setLongTimeout } from '../options.js';
+import { abortSignal, booleanOption, durationMs, oneOf, optionKeys, optionsObject } from '../options.js';
 import { isConnectionError } from '../session/connection-source.js';
 import type { LockMode } from '../observe/observer.js';
 import { nextTokenSql, tryXactLockSql, undoWaitScript, waitXactLockScript } from './xact-sql.js';
@@ -43,7 +43,10 @@ export interface FencedXactLockResult extends XactLockResult {
 export interface XactExecutor {
   /** Kysely: the transaction object itself, new per transaction. node-postgres: the client. */
   readonly identity: object;
-  /** True when `identity` lives for exactly one transaction. */
+  /**
+   * True when the keys held under `identity` are those of the current transaction: it lives for exactly
+   * one transaction, or the executor calls forgetHeldKeys(identity) whenever a transaction ends.
+   */
   readonly perTransaction: boolean;
   /** The transaction status known without I/O. */
   status(): 'idle' | 'active' | 'failed' | 'unknown';
@@ -81,6 +84,11 @@ class NoAnswer {
 
 /** Keys held per transaction: identity -> key -> transaction start (epoch text, or '' when per-transaction). */
 const heldKeys = new WeakMap<object, Map<bigint, string>>();
+
+/** The transaction of `identity` has ended: every transaction lock it held is gone. */
+export function forgetHeldKeys(identity: object): void {
+  heldKeys.delete(identity);
+}
 
 interface Prepared {
   target: LockTarget;
@@ -138,9 +146,9 @@ export async function tryXactLockWith(exec: XactExecutor, name: LockName, opts?:
 }
 
 async function tryOnce(exec: XactExecutor, p: Prepared): Promise<XactLockResult | null> {
-  let rows: { in_xact: boolean; nested: boolean; granted: boolean | null; xact: string; token?: string | null }[];
+  let rows: { in_xact: boolean; nested: boolean; granted: boolean | null; xact?: string; token?: string | null }[];
   try {
-    rows = await answered(exec, 0, () => exec.query(tryXactLockSql({ key: p.target.key, shared: p.shared, fenced: p.fencing, nestedIn: p.nestedIn }), []));
+    rows = await answered(exec, 0, () => exec.query(tryXactLockSql({ key: p.target.key, shared: p.shared, fenced: p.fencing, nestedIn: p.nestedIn, identify: !exec.perTransaction }), []));
   } catch (err) {
     throw translate(err, p);
   }
@@ -148,7 +156,7 @@ async function tryOnce(exec: XactExecutor, p: Prepared): Promise<XactLockResult 
   if (!row.in_xact) throw new NotInTransactionError();
   if (row.nested) throw new NestedLockError(p.target.name, p.target.key, p.target.name, p.target.key);
   if (!row.granted) return null;
-  return granted(exec, p, row.xact, row.token ?? null);
+  return granted(exec, p, row.xact ?? '', row.token ?? null);
 }
 
 async function wait(exec: XactExecutor, p: Prepared, deadline: number): Promise<XactLockResult | null> {
@@ -226,24 +234,58 @@ function answered<T>(exec: XactExecutor, serverBoundMs: number, run: () => Promi
   const pending = run();
   if (serverBoundMs === Infinity) return pending; // asked to wait without bound
   const limitMs = serverBoundMs + ANSWER_GRACE_MS;
-  // One timer and no extra promise per statement: this runs on every xactLock.
   return new Promise<T>((resolve, reject) => {
-    const cancel = setLongTimeout(() => {
-      pending.catch(() => {}); // settles when the connection ends or the network heals; nobody waits for it
-      exec.abandon();
-      reject(new NoAnswer(limitMs, exec.abandonAdvice));
-    }, limitMs);
+    const watched: Watched = {
+      at: performance.now() + limitMs,
+      expire: () => {
+        pending.catch(() => {}); // settles when the connection ends or the network heals; nobody waits for it
+        exec.abandon();
+        reject(new NoAnswer(limitMs, exec.abandonAdvice));
+      },
+    };
+    watch(watched);
     pending.then(
       (value) => {
-        cancel();
+        inFlight.delete(watched);
         resolve(value);
       },
       (err: unknown) => {
-        cancel();
+        inFlight.delete(watched);
         reject(err);
       },
     );
   });
+}
+
+/**
+ * Statements in flight and when each is overdue, checked by one timer for all of them: arming and
+ * clearing a timer per statement costs about as much as a free key's whole statement.
+ */
+interface Watched {
+  at: number;
+  expire(): void;
+}
+const inFlight = new Set<Watched>();
+/** How late past its bound an unanswered statement may be noticed. */
+const WATCH_EVERY_MS = 100;
+let watchdog: NodeJS.Timeout | null = null;
+
+function watch(entry: Watched): void {
+  inFlight.add(entry);
+  if (watchdog) return;
+  watchdog = setInterval(() => {
+    const now = performance.now();
+    for (const e of inFlight) {
+      if (e.at > now) continue;
+      inFlight.delete(e);
+      e.expire();
+    }
+    if (inFlight.size === 0) {
+      clearInterval(watchdog!);
+      watchdog = null;
+    }
+  }, WATCH_EVERY_MS);
+  watchdog.unref(); // the statement's own socket keeps the process alive
 }
 
 function translate(err: unknown, p: Prepared): Error {
