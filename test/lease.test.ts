@@ -187,3 +187,57 @@ describe('lease arguments', () => {
     expect(await row('lease:bad')).toBeUndefined();
   });
 });
+
+describe('what a lease cycle costs', () => {
+  it('acquire+release: at most two commits and no Parse per cycle (statements prepared once per connection)', async () => {
+    const quiet = await useMigratedDatabase('lease_cost');
+    // Another database's connection reads the counters: its own statements do not count.
+    const admin = new pg.Client({ connectionString: db.url });
+    await admin.connect();
+    try {
+      const c = new pg.Client({ connectionString: quiet.url });
+      await c.connect();
+      // Nothing but the locker commits in that database.
+      await c.query(`ALTER TABLE pgfence.leases SET (autovacuum_enabled = false); ALTER TABLE pgfence.fencing_tokens SET (autovacuum_enabled = false)`);
+      await c.end();
+      const backends = async () =>
+        (await admin.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1`, [quiet.name])).rows[0]!.n;
+      // A backend flushes its statistics as it exits, before it leaves pg_stat_activity.
+      const commits = async () => {
+        await eventually(async () => (await backends()) === 0, 15_000, 'the database to have no connections');
+        return Number((await admin.query(`SELECT xact_commit FROM pg_stat_database WHERE datname = $1`, [quiet.name])).rows[0].xact_commit);
+      };
+      const cycles = async (locker: Locker, n: number) => {
+        for (let i = 0; i < n; i++) {
+          const l = await locker.lease('lease:cost', { ttlMs: 30_000, renew: false });
+          expect(await l.release()).toBe(true);
+        }
+      };
+      const N = 40;
+      const parse = pg.Connection.prototype.parse;
+      let parsed = 0;
+      const counts: number[] = [];
+      for (const n of [0, N]) {
+        const start = await commits();
+        const locker = createLocker({ connectionString: quiet.url });
+        await cycles(locker, 3); // connections, prepared statements, the name registry
+        pg.Connection.prototype.parse = function counted(this: pg.Connection, ...args: unknown[]) {
+          parsed++;
+          return (parse as (...a: unknown[]) => unknown).apply(this, args);
+        } as typeof parse;
+        try {
+          await cycles(locker, n);
+        } finally {
+          pg.Connection.prototype.parse = parse;
+        }
+        await locker.close();
+        counts.push((await commits()) - start);
+      }
+      expect(parsed).toBe(0);
+      // The same locker's lifetime with and without N more cycles.
+      expect(counts[1]! - counts[0]!).toBeLessThanOrEqual(2 * N);
+    } finally {
+      await admin.end();
+    }
+  });
+});

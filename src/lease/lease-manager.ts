@@ -10,7 +10,8 @@ import type { SessionPool } from '../session/index.js';
 import { BaseHandle, type LockHandle } from '../core/index.js';
 import type { Attempt } from '../wait/index.js';
 import { closedError, WaitLines } from '../wait/index.js';
-import { acquireLeaseSql, releaseLeaseSql, renewLeaseSql } from './lease-sql.js';
+import { leaseStatements } from './lease-sql.js';
+import { runStatement } from './lease-statements.js';
 
 export interface LeaseRequest {
   target: LockTarget;
@@ -97,10 +98,9 @@ export class LeaseManager {
 
   /** @internal */ renew(handle: LeaseHandleImpl): Promise<'renewed' | LockLostReason | 'unavailable'> {
     const sentAt = performance.now();
-    return this.source.pool
-      .query<{ expires_at: Date | null; current_token: string | null }>(renewLeaseSql, [handle.key, handle.token, handle.ttlMs])
+    return runStatement<{ expires_at: Date | null; current_token: string | null }>(this.source.pool, leaseStatements.renew, [handle.key, handle.token, handle.ttlMs])
       .then(
-        ({ rows }) => {
+        (rows) => {
           const row = rows[0]!;
           if (row.expires_at) {
             handle.renewed(sentAt, row.expires_at);
@@ -117,7 +117,7 @@ export class LeaseManager {
     handle.stopTimers();
     this.observer.released(handle);
     try {
-      const { rows } = await this.source.pool.query<{ released: boolean }>(releaseLeaseSql, [handle.key, handle.token, handle.minHoldMs]);
+      const rows = await runStatement<{ released: boolean }>(this.source.pool, leaseStatements.release, [handle.key, handle.token, handle.minHoldMs]);
       if (!rows[0]!.released) this.lostOnRelease(handle, new Error('the lease was no longer this holder’s'));
       return rows[0]!.released;
     } catch (err) {
@@ -150,14 +150,14 @@ export class LeaseManager {
     const sentAt = performance.now();
     let row: AcquireRow;
     try {
-      const res = await this.source.pool.query<AcquireRow>(acquireLeaseSql, [
+      const rows = await runStatement<AcquireRow>(this.source.pool, leaseStatements.acquire, [
         target.key,
         target.name,
         owner,
         ttlMs,
         data === undefined ? null : JSON.stringify(data),
       ]);
-      row = res.rows[0]!;
+      row = rows[0]!;
     } catch (err) {
       throw (
         schemaMissingError(err) ??
