@@ -1,4 +1,5 @@
 import { Kysely, PostgresDialect, sql } from 'kysely';
+import { statementsSent } from './support/statements-sent.js';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -41,22 +42,6 @@ async function holdInTransaction(name: string): Promise<{ release(): Promise<voi
   };
 }
 
-/** The text of every statement any pg client of this process sends while `fn` runs. */
-async function statementsSent(fn: () => Promise<unknown>): Promise<string[]> {
-  const query = pg.Client.prototype.query;
-  const sent: string[] = [];
-  pg.Client.prototype.query = function recorded(this: pg.Client, ...args: unknown[]) {
-    const first = args[0] as string | { text: string };
-    sent.push(typeof first === 'string' ? first : first.text);
-    return (query as (...a: unknown[]) => unknown).apply(this, args);
-  } as typeof query;
-  try {
-    await fn();
-  } finally {
-    pg.Client.prototype.query = query;
-  }
-  return sent;
-}
 
 describe('xactLock on node-postgres', () => {
   it('a free key costs one plain statement: no savepoint, lock_timeout untouched', async () => {
