@@ -1,4 +1,4 @@
-import { LockUnavailableError, PgfenceError, schemaMissingError } from '../core/index.js';
+import { isLockNotAvailable, isQueryCanceled, LockUnavailableError, PgfenceError, schemaMissingError, sqlState } from '../core/index.js';
 import { blockingLockSql, heldBySessionSql, Op } from './advisory-sql.js';
 import type { Session } from '../session/index.js';
 import { SessionLostError, WITHDRAWN } from '../session/index.js';
@@ -81,11 +81,10 @@ export class BlockingWait {
 
   private async failed(lock: BlockedKey, request: AcquireRequest, session: Session, err: unknown): Promise<Attempt<AdvisoryLockHandle>> {
     const lookAgain = { busy: true as const, retryInMs: LOOK_AGAIN_MS };
-    const code = (err as { code?: unknown })?.code;
     // Taken back before it was sent: it never waited, and holds nothing.
-    if (code === WITHDRAWN) return lookAgain;
+    if (sqlState(err) === WITHDRAWN) return lookAgain;
     const unlockOp = request.mode === 'shared' ? Op.unlockShared : Op.unlockExclusive;
-    if (code === '55P03' || code === '57014') {
+    if (isLockNotAvailable(err) || isQueryCanceled(err)) {
       // PostgreSQL may grant the lock in the very moment its lock_timeout or a cancel fires: the statement fails,
       // yet the session lock is held (LockErrorCleanup keeps a grant it finds). Look, give it back if so, then go
       // on as after a timeout.

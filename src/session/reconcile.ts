@@ -17,12 +17,6 @@ export async function undoFailedBatch(
   if (codes.length > 0) await client.query(statements.undo, [codes, keys]);
 }
 
-/** A statement failed because pgfence's schema (or its guard function) is not there any more. */
-export function isSchemaGone(err: Error): boolean {
-  const code = (err as { code?: unknown }).code;
-  return code === '3F000' || code === '42883';
-}
-
 /** What the callers of a failed lock statement are told. */
 export function statementFailure(cause: Error): Error {
   const known = schemaMissingError(cause);
