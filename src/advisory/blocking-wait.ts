@@ -5,6 +5,7 @@ import { SessionLostError, WITHDRAWN } from '../session/index.js';
 import type { SessionPool } from '../session/index.js';
 import type { Attempt } from '../wait/index.js';
 import type { AcquireRequest, AdvisoryLockHandle } from './advisory-lock.js';
+import { lockTimeoutSetting } from './lock-timeout.js';
 import { decodeBlockResult } from './op-result.js';
 
 /** The key a blocking wait is for, as its per-key lock state lets the wait report a grant. */
@@ -53,7 +54,7 @@ export class BlockingWait {
     };
     cancel.addEventListener('abort', onCancel, { once: true });
     const { mode, fencing } = request;
-    const lockTimeout = remainingMs === Infinity ? '0' : `${Math.max(1, Math.ceil(remainingMs))}ms`;
+    const lockTimeout = lockTimeoutSetting(remainingMs);
     const ended = () => {
       this.active = false;
       cancel.removeEventListener('abort', onCancel);
