@@ -40,17 +40,6 @@ export function isSchemaMissing(err: unknown): boolean {
   return code !== undefined && SCHEMA_MISSING.has(code);
 }
 
-/**
- * pgfence's schema or one of its functions is not there (3F000, 42883), a narrower question than
- * isSchemaMissing's: what a session's setup statement looks for before it runs guarded statements. A
- * table missing under functions that are there (42P01) is a broken install: the setup statement would
- * still find the session guarded, so losing the guard on it would only flip back and forth.
- */
-export function isSchemaOrFunctionMissing(err: unknown): boolean {
-  const code = sqlState(err);
-  return code === SQLSTATE.invalidSchemaName || code === SQLSTATE.undefinedFunction;
-}
-
 /** The named prepared statement is not on the connection any more (DISCARD ALL, DEALLOCATE). */
 export function isPreparedStatementMissing(err: unknown): boolean {
   return sqlState(err) === SQLSTATE.invalidStatementName;

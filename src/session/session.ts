@@ -1,12 +1,12 @@
 import type pg from 'pg';
 import { LockUnavailableError } from '../core/index.js';
 import type { Logger } from '../observe/index.js';
-import { isConnectionLost, isSchemaOrFunctionMissing } from '../core/index.js';
-import type { ConnectionSource, PinnedConnection } from './connection-source.js';
-import type { OpStatements } from './op-statements.js';
-import { statementFailure, undoFailedBatch } from './reconcile.js';
+import { isConnectionLost } from '../core/index.js';
 import { takeBatch } from './batch.js';
 import { Watchdog } from './watchdog.js';
+import type { ConnectionSource, PinnedConnection } from './connection-source.js';
+import type { OpStatements } from './op-statements.js';
+import { isSchemaGone, statementFailure, undoFailedBatch } from './reconcile.js';
 
 /** Thrown to the callers of operations that were queued on, or in flight over, a session that died. */
 export class SessionLostError extends LockUnavailableError {
@@ -299,7 +299,7 @@ export class Session {
       return;
     }
     // The schema went away under a guarded session: its later statements go without the guard.
-    if (this.guarded && isSchemaOrFunctionMissing(err)) this.guarded = false;
+    if (this.guarded && isSchemaGone(err)) this.guarded = false;
     await this.reconcile(ops, err);
     for (const op of batch) if (op.code === PROBE) op.resolve(1, null);
     this.answered(batch);
