@@ -24,6 +24,15 @@ afterAll(async () => {
   await admin.end();
 });
 
+async function advisoryWaitsOf(applicationName: string): Promise<number> {
+  const { rows } = await admin.query<{ n: number }>(
+    `SELECT count(*)::int AS n FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+      WHERE l.locktype = 'advisory' AND NOT l.granted AND a.application_name = $1`,
+    [applicationName],
+  );
+  return rows[0]!.n;
+}
+
 async function advisoryLocksOf(applicationName: string): Promise<number> {
   const { rows } = await admin.query<{ n: number }>(
     `SELECT count(*)::int AS n FROM pg_locks l JOIN pg_stat_activity a USING (pid)
@@ -388,6 +397,23 @@ describe('an unbounded wait', () => {
     } finally {
       process.off('warning', onWarning);
     }
+  });
+
+  it('a bounded wait longer than lock_timeout can say (2^31-1 ms, ~24.8 days) blocks, and gets the lock once it is free', async () => {
+    const app = appName('long-wait');
+    const holder = open();
+    const waiter = open({ connectionString: db.urlWith({ application_name: app }) });
+    const h = await holder.acquire('wait:thirty-days');
+    const waiting = waiter.acquire('wait:thirty-days', { timeoutMs: 30 * 24 * 3600 * 1000 });
+    const outcome = waiting.then(
+      () => 'granted',
+      (err: Error) => `failed: ${err.message}`,
+    );
+    const settled = async () => (await Promise.race([outcome, 'pending'])) !== 'pending';
+    await eventually(async () => (await advisoryWaitsOf(app)) === 1 || (await settled()), 15_000, 'the wait to block in PostgreSQL');
+    await h.release();
+    expect(await outcome).toBe('granted');
+    await (await waiting).release();
   });
 });
 

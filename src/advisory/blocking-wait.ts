@@ -1,10 +1,11 @@
-import { LockUnavailableError, PgfenceError, schemaMissingError } from '../core/index.js';
+import { isLockNotAvailable, isQueryCanceled, LockUnavailableError, PgfenceError, schemaMissingError, sqlState } from '../core/index.js';
 import { blockingLockSql, heldBySessionSql, Op } from './advisory-sql.js';
 import type { Session } from '../session/index.js';
 import { SessionLostError, WITHDRAWN } from '../session/index.js';
 import type { SessionPool } from '../session/index.js';
 import type { Attempt } from '../wait/index.js';
 import type { AcquireRequest, AdvisoryLockHandle } from './advisory-lock.js';
+import { lockTimeoutSetting } from './lock-timeout.js';
 import { decodeBlockResult } from './op-result.js';
 
 /** The key a blocking wait is for, as its per-key lock state lets the wait report a grant. */
@@ -53,7 +54,7 @@ export class BlockingWait {
     };
     cancel.addEventListener('abort', onCancel, { once: true });
     const { mode, fencing } = request;
-    const lockTimeout = remainingMs === Infinity ? '0' : `${Math.max(1, Math.ceil(remainingMs))}ms`;
+    const lockTimeout = lockTimeoutSetting(remainingMs);
     const ended = () => {
       this.active = false;
       cancel.removeEventListener('abort', onCancel);
@@ -81,11 +82,10 @@ export class BlockingWait {
 
   private async failed(lock: BlockedKey, request: AcquireRequest, session: Session, err: unknown): Promise<Attempt<AdvisoryLockHandle>> {
     const lookAgain = { busy: true as const, retryInMs: LOOK_AGAIN_MS };
-    const code = (err as { code?: unknown })?.code;
     // Taken back before it was sent: it never waited, and holds nothing.
-    if (code === WITHDRAWN) return lookAgain;
+    if (sqlState(err) === WITHDRAWN) return lookAgain;
     const unlockOp = request.mode === 'shared' ? Op.unlockShared : Op.unlockExclusive;
-    if (code === '55P03' || code === '57014') {
+    if (isLockNotAvailable(err) || isQueryCanceled(err)) {
       // PostgreSQL may grant the lock in the very moment its lock_timeout or a cancel fires: the statement fails,
       // yet the session lock is held (LockErrorCleanup keeps a grant it finds). Look, give it back if so, then go
       // on as after a timeout.

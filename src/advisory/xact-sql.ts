@@ -1,4 +1,5 @@
 import { nextTokenExpr } from '../fencing/index.js';
+import { lockTimeoutSetting } from './lock-timeout.js';
 
 /**
  * The SQL of transaction-scoped advisory locks. A blocking wait runs as one simple-protocol script
@@ -46,7 +47,7 @@ export function waitXactLockScript(opts: {
   fenced: boolean;
 }): string {
   const fn = opts.shared ? 'pg_advisory_xact_lock_shared' : 'pg_advisory_xact_lock';
-  const timeout = opts.timeoutMs === Infinity ? '0' : `${Math.min(2147483647, Math.max(1, Math.ceil(opts.timeoutMs)))}ms`;
+  const timeout = lockTimeoutSetting(opts.timeoutMs);
   const key = bigintLiteral(opts.key);
   const open = opts.first ? `SAVEPOINT ${SAVEPOINT}` : `ROLLBACK TO SAVEPOINT ${SAVEPOINT}`;
   const nested = opts.nestedIn === null ? 'false' : `extract(epoch FROM transaction_timestamp()) = ${epochLiteral(opts.nestedIn)}`;

@@ -97,6 +97,47 @@ export function parseArgs(argv: readonly string[], specs: Record<string, FlagSpe
   return { flags, positionals, rest: null };
 }
 
+/** What the options before the command ask for (as git and gh take them). */
+export type GlobalArgs =
+  | { kind: 'version' }
+  | { kind: 'help' }
+  /** `forward`: the --database-url arguments, handed on to the command; `rest`: what follows the command. */
+  | { kind: 'command'; command: string | undefined; forward: string[]; rest: string[] };
+
+const GLOBAL_FLAGS = {
+  'database-url': { type: 'string' },
+  version: { type: 'boolean', short: 'V' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+/**
+ * Reads the global options, up to the command (the first argument that does not start with '-'):
+ * --version and --help answer at once, --database-url is handed on. Anything else, also `-` and `--`,
+ * is a UsageError: command options go after the command.
+ */
+export function parseGlobalArgs(argv: readonly string[]): GlobalArgs {
+  const forward: string[] = [];
+  const { tokens } = tokenize({ args: [...argv], options: GLOBAL_FLAGS, strict: false, allowPositionals: true, tokens: true });
+  for (const token of tokens) {
+    const arg = argv[token.index]!;
+    if (!arg.startsWith('-')) return { kind: 'command', command: arg, forward, rest: argv.slice(token.index + 1) };
+    // One flag per argument: no groups (-Vh), no values (--version=1).
+    const whole = token.kind === 'option' && token.rawName === arg;
+    if (whole && token.name === 'version') return { kind: 'version' };
+    if (whole && token.name === 'help') return { kind: 'help' };
+    if (token.kind === 'option' && token.rawName === '--database-url') {
+      // Like every string option of node:util, the next argument is its value whatever it looks like.
+      if (token.value === undefined) throw new UsageError('--database-url needs a value');
+      forward.push(...argv.slice(token.index, token.index + (token.inlineValue ? 1 : 2)));
+      continue;
+    }
+    const name = arg.replace(/^--?/, '').split('=')[0]!;
+    const suggestion = didYouMean(name, Object.keys(GLOBAL_FLAGS), (c) => `--${c}`);
+    throw new UsageError(`unknown option ${arg} before the command${suggestion || ' (command options go after the command)'}`);
+  }
+  return { kind: 'command', command: undefined, forward, rest: [] };
+}
+
 function parseBoolean(name: string, value: string): boolean {
   if (value === 'true' || value === '1' || value === 'yes') return true;
   if (value === 'false' || value === '0' || value === 'no') return false;

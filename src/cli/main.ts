@@ -1,10 +1,11 @@
 #!/usr/bin/env node
 /**
  * The pgfence command. Each subcommand lives in its own module and exports `run(argv): Promise<number>`
- * (the exit code); this file reads the global options (before the command, as git and gh take
- * them), answers --version and help, and dispatches.
+ * (the exit code); this file answers the global options (before the command, as git and gh take
+ * them; read by parseGlobalArgs in args.ts), --version and help, and dispatches.
  */
 import { readFileSync } from 'node:fs';
+import { parseGlobalArgs, UsageError, type GlobalArgs } from './args.js';
 import { EXIT } from './exit-codes.js';
 import { didYouMean } from './suggest.js';
 
@@ -63,36 +64,26 @@ async function help(argv: string[]): Promise<number> {
 }
 
 async function main(argv: string[]): Promise<number> {
-  // Global options: those before the command; --database-url is handed on to the command.
-  const global: string[] = [];
-  let i = 0;
-  for (; i < argv.length && argv[i]!.startsWith('-'); i++) {
-    const arg = argv[i]!;
-    if (arg === '--version' || arg === '-V') {
-      process.stdout.write(`pgfence ${version()}\n`);
-      return EXIT.OK;
-    }
-    if (arg === '--help' || arg === '-h') return help([]);
-    if (arg === '--database-url') {
-      if (argv[i + 1] === undefined) return usageError('--database-url needs a value');
-      global.push(arg, argv[++i]!);
-    } else if (arg.startsWith('--database-url=')) {
-      global.push(arg);
-    } else {
-      const name = arg.replace(/^--?/, '').split('=')[0]!;
-      const suggestion = didYouMean(name, ['database-url', 'version', 'help'], (c) => `--${c}`);
-      return usageError(`unknown option ${arg} before the command${suggestion || ' (command options go after the command)'}`);
-    }
+  let global: GlobalArgs;
+  try {
+    global = parseGlobalArgs(argv);
+  } catch (err) {
+    if (err instanceof UsageError) return usageError(err.message);
+    throw err;
   }
-  const name = argv[i];
-  const rest = argv.slice(i + 1);
+  if (global.kind === 'version') {
+    process.stdout.write(`pgfence ${version()}\n`);
+    return EXIT.OK;
+  }
+  if (global.kind === 'help') return help([]);
+  const { command: name, forward, rest } = global;
   if (name === undefined) return usageError('missing the command', true);
   if (!Object.hasOwn(commands, name)) {
     return usageError(`unknown command "${name}"${didYouMean(name, Object.keys(commands), (c) => `"${c}"`)}`);
   }
   if (name === 'help') return help(rest);
   // The global options go before the command's own (and before a `--` ending them).
-  return (await commands[name]!.load()).run([...global, ...rest]);
+  return (await commands[name]!.load()).run([...forward, ...rest]);
 }
 
 main(process.argv.slice(2)).then(

@@ -15,6 +15,8 @@ export const SQLSTATE = {
   lockNotAvailable: '55P03',
   /** statement_timeout, or a cancel request. */
   queryCanceled: '57014',
+  /** A prepared statement's name the server does not know (DISCARD ALL or DEALLOCATE by someone else). */
+  invalidStatementName: '26000',
   undefinedTable: '42P01',
   undefinedFunction: '42883',
   invalidSchemaName: '3F000',
@@ -36,6 +38,11 @@ const SCHEMA_MISSING: ReadonlySet<string> = new Set([SQLSTATE.undefinedFunction,
 export function isSchemaMissing(err: unknown): boolean {
   const code = sqlState(err);
   return code !== undefined && SCHEMA_MISSING.has(code);
+}
+
+/** The named prepared statement is not on the connection any more (DISCARD ALL, DEALLOCATE). */
+export function isPreparedStatementMissing(err: unknown): boolean {
+  return sqlState(err) === SQLSTATE.invalidStatementName;
 }
 
 /** A lock wait ended by lock_timeout: the lock is busy, the connection and transaction are fine. */

@@ -1,4 +1,4 @@
-import { anySignal } from '../core/index.js';
+import { anySignal, sleep } from '../core/index.js';
 import { EventEmitter } from 'node:events';
 import type { LockerContext } from '../locker-parts.js';
 import type { LockHandle } from '../core/index.js';
@@ -201,7 +201,7 @@ export class LeaderCampaign extends EventEmitter<LeaderEvents> implements Leader
       } catch (err) {
         if (this.stop.signal.aborted) return;
         this.ports.logger.warn({ err, lock: this.target.name }, 'pgfence: leader campaign failed; retrying');
-        await delay(RETRY_MS, this.stop.signal);
+        await sleep(RETRY_MS, this.stop.signal);
         continue;
       }
       let guard: LockHandle;
@@ -219,14 +219,14 @@ export class LeaderCampaign extends EventEmitter<LeaderEvents> implements Leader
           return;
         }
         this.ports.logger.warn({ err, lock: this.target.name }, 'pgfence: leader session unavailable; retrying');
-        await delay(RETRY_MS, this.stop.signal);
+        await sleep(RETRY_MS, this.stop.signal);
         continue;
       }
       const ended = this.beginTerm(lease, guard);
       await ended;
       await Promise.all([guard.release(), lease.release()]);
       // Give the other candidates a moment before campaigning again.
-      await delay(RETRY_MS * (1 + Math.random()), this.stop.signal);
+      await sleep(RETRY_MS * (1 + Math.random()), this.stop.signal);
     }
   }
 
@@ -256,17 +256,4 @@ export class LeaderCampaign extends EventEmitter<LeaderEvents> implements Leader
     );
     this.emit('demoted', { epoch: term.epoch, reason } satisfies DemotedEvent);
   }
-}
-
-function delay(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal.aborted) return resolve();
-    const timer = setTimeout(done, ms);
-    function done() {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      resolve();
-    }
-    signal.addEventListener('abort', done, { once: true });
-  });
 }

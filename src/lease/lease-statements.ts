@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { isPreparedStatementMissing } from '../core/index.js';
 
 /** A statement with a name of its own: prepared once per connection, where that is safe. */
 export interface NamedStatement {
@@ -33,7 +34,7 @@ export async function runStatement<R extends pg.QueryResultRow>(pool: pg.Pool, s
     return (await pool.query<R>({ name: statement.name, text: statement.text, values })).rows;
   } catch (err) {
     // The prepared statement is gone (DISCARD ALL or DEALLOCATE by someone else): unnamed from now on.
-    if ((err as { code?: unknown } | null)?.code !== '26000') throw err;
+    if (!isPreparedStatementMissing(err)) throw err;
     direct.set(pool, false);
     return (await pool.query<R>({ text: statement.text, values })).rows;
   }

@@ -53,6 +53,3 @@ export const lockTransactionSql = `SELECT set_config('lock_timeout', $2, true) A
        pg_advisory_xact_lock($1::int8) AS locked,
        set_config('lock_timeout', caller.prev, true) AS restored
 FROM (SELECT current_setting('lock_timeout') AS prev OFFSET 0) AS caller`;
-
-/** SQLSTATE of a lock wait cut short by lock_timeout. */
-export const LOCK_NOT_AVAILABLE = '55P03';

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import type { LockMode } from '../core/index.js';
+import { isSchemaMissing, type LockMode } from '../core/index.js';
 import { activeLeasesSql, databaseClockSql, locksWithNamesSql, locksWithoutNamesSql, replicationSql } from './inspect-sql.js';
 
 /** One advisory lock held or awaited by some backend of the database. */
@@ -110,7 +110,7 @@ export async function inspectDatabase(pool: pg.Pool, own: OwnLocks = new Map()):
   try {
     rows = (await pool.query<LockRow>(locksWithNamesSql)).rows;
   } catch (err) {
-    if (!isMissingSchema(err)) throw err;
+    if (!isSchemaMissing(err)) throw err;
     schema = false;
     rows = (await pool.query<LockRow>(locksWithoutNamesSql)).rows;
   }
@@ -180,9 +180,4 @@ function toEntry(r: LockRow, own: OwnLocks): LockEntry {
     sinceIs,
     mine: ownSince !== undefined,
   };
-}
-
-function isMissingSchema(err: unknown): boolean {
-  const code = (err as { code?: unknown } | null)?.code;
-  return code === '42P01' || code === '3F000';
 }

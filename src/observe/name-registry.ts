@@ -1,3 +1,4 @@
+import { isSchemaMissing } from '../core/index.js';
 import type { Logger } from './logger.js';
 
 /** Remembers at most this many keys per process; beyond it, names are written again (harmlessly). */
@@ -69,7 +70,7 @@ export class NameRegistry {
     return this.query(INSERT_NAMES, [keys, entries.map((e) => e.name), entries.map((e) => e.namespace)]).then(
       () => {},
       (err: { code?: string }) => {
-        if (err?.code === '42P01' || err?.code === '3F000') {
+        if (isSchemaMissing(err)) {
           this.disabled = true; // not migrated: inspect() shows keys without names
           this.pending.clear();
           this.logger.debug({ err }, 'pgfence: no name registry (run migrate() to see lock names in status)');

@@ -1,5 +1,5 @@
 import type { EventEmitter } from 'node:events';
-import type { HeldLockInfo, LockEventInfo, LockLostReason } from '../core/index.js';
+import { bigintAsString, type HeldLockInfo, type LockEventInfo, type LockLostReason } from '../core/index.js';
 import type { LockLostError } from '../core/index.js';
 import type { AcquiredEvent, BounceEvent, ContentionEvent, LockerEvents, LockerStats, LostEvent, ReleasedEvent, TimeoutEvent } from './events.js';
 import { type Logger, silentLogger } from './logger.js';
@@ -104,7 +104,7 @@ function snapshot(lock: LockEventInfo): LockEventInfo {
 function eventLog(ev: LockEventInfo, extra: Record<string, unknown>): Record<string, unknown> {
   // bigints are written as strings: JSON loggers cannot serialise them.
   const out: Record<string, unknown> = { kind: ev.kind, lock: ev.name, key: String(ev.key), mode: ev.mode };
-  for (const [k, v] of Object.entries(extra)) out[k] = typeof v === 'bigint' ? String(v) : v;
+  for (const [k, v] of Object.entries(extra)) out[k] = bigintAsString(k, v);
   return out;
 }
 

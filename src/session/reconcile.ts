@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { LockUnavailableError, schemaMissingError } from '../core/index.js';
+import { LockUnavailableError, schemaMissingError, sqlState, SQLSTATE } from '../core/index.js';
 import type { OpStatements } from './op-statements.js';
 
 /**
@@ -17,10 +17,15 @@ export async function undoFailedBatch(
   if (codes.length > 0) await client.query(statements.undo, [codes, keys]);
 }
 
-/** A statement failed because pgfence's schema (or its guard function) is not there any more. */
+/**
+ * A guarded statement failed because pgfence's schema or its guard function is gone (3F000, 42883):
+ * what the session's setup statement looks for, a narrower question than isSchemaMissing's. A table
+ * missing under functions that are there (42P01) is a broken install: the setup statement would still
+ * find the session guarded, so dropping the guard on it would only flip back and forth.
+ */
 export function isSchemaGone(err: Error): boolean {
-  const code = (err as { code?: unknown }).code;
-  return code === '3F000' || code === '42883';
+  const code = sqlState(err);
+  return code === SQLSTATE.invalidSchemaName || code === SQLSTATE.undefinedFunction;
 }
 
 /** What the callers of a failed lock statement are told. */

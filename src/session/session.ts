@@ -2,6 +2,8 @@ import type pg from 'pg';
 import { LockUnavailableError } from '../core/index.js';
 import type { Logger } from '../observe/index.js';
 import { isConnectionLost } from '../core/index.js';
+import { takeBatch } from './batch.js';
+import { Watchdog } from './watchdog.js';
 import type { ConnectionSource, PinnedConnection } from './connection-source.js';
 import type { OpStatements } from './op-statements.js';
 import { isSchemaGone, statementFailure, undoFailedBatch } from './reconcile.js';
@@ -50,13 +52,8 @@ export const probeSql = { name: 'pgfence_probe', text: 'SELECT 1' };
 
 export type StatementText = string | ((guarded: boolean) => string);
 
-const MAX_TIMER_MS = 2 ** 31 - 1;
-
 /** The code of a statement taken back before it was sent (Session.statement's `withdraw`). */
 export const WITHDRAWN = 'PGFENCE_WITHDRAWN';
-
-/** Large batches are split: a statement with many thousand array elements gains nothing more. */
-const MAX_BATCH = 4096;
 
 export interface SessionOptions {
   id: number;
@@ -95,8 +92,7 @@ export class Session {
   private inFlight: PendingOp[] | null = null;
   private flushQueued = false;
   /** One timer per session, set for the next moment it must act: a statement's deadline or the next probe. */
-  private watchdog: NodeJS.Timeout | null = null;
-  private watchdogDue = Infinity;
+  private readonly watchdog = new Watchdog(() => this.onWatchdog());
   /** performance.now() when the statement in flight was sent, and when the session last heard back. */
   private sentAt = 0;
   private inFlightDeadlineMs = 0;
@@ -231,35 +227,14 @@ export class Session {
   private flush(): void {
     if (this.state !== 'ready' || this.inFlight || this.pending.length === 0 || !this.conn) return;
     if (!this.guarded && performance.now() - this.lookedAt >= this.opts.keepaliveMs) this.lookAgain();
-    const batch = this.takeBatch();
+    const [batch, rest] = takeBatch(this.pending);
+    this.pending = rest;
     this.inFlight = batch;
     this.sentAt = performance.now();
     // A blocking wait may take its whole lock_timeout before the server answers.
     this.inFlightDeadlineMs = batch[0]!.statement?.deadlineMs ?? this.opts.deadlineMs;
     this.send(batch);
     this.arm();
-  }
-
-  /**
-   * The next statement's operations: fenced and plain operations go in separate statements (a plain
-   * batch may make its commit asynchronous for a NOTIFY; a token's commit must be durable).
-   */
-  private takeBatch(): PendingOp[] {
-    if (this.pending.length === 1) {
-      const batch = this.pending;
-      this.pending = [];
-      return batch;
-    }
-    if (this.pending[0]!.statement) return [this.pending.shift()!];
-    const fenced = this.pending[0]!.fenced;
-    const batch: PendingOp[] = [];
-    const rest: PendingOp[] = [];
-    for (const op of this.pending) {
-      if (op.fenced === fenced && !op.statement && batch.length < MAX_BATCH) batch.push(op);
-      else rest.push(op);
-    }
-    this.pending = rest;
-    return batch;
   }
 
   /**
@@ -346,25 +321,14 @@ export class Session {
   /**
    * Sets the watchdog for the next moment the session must act: the deadline of the statement in flight,
    * or, when idle, keepaliveMs after it last heard from the server (then it sends a probe). A loss is
-   * therefore noticed within keepaliveMs + deadlineMs of the last sign of life. A watchdog already set
-   * for an earlier moment is kept (it re-arms itself when it fires early): moving it costs a timer only
-   * when the next moment comes sooner.
+   * therefore noticed within keepaliveMs + deadlineMs of the last sign of life.
    */
   private arm(): void {
     if (this.state !== 'ready') return;
-    const due = this.inFlight ? this.sentAt + this.inFlightDeadlineMs : this.lastActivity + this.opts.keepaliveMs;
-    if (this.watchdog && this.watchdogDue <= due) return;
-    if (due === Infinity) return; // an unbounded blocking wait: re-armed when it ends
-    if (this.watchdog) clearTimeout(this.watchdog);
-    this.watchdogDue = due;
-    // Node caps one timer at ~24.8 days: a later moment is reached in steps (the watchdog re-arms itself).
-    this.watchdog = setTimeout(this.onWatchdog, Math.min(MAX_TIMER_MS, Math.max(0, Math.ceil(due - performance.now()))));
-    this.watchdog.unref();
+    this.watchdog.setFor(this.inFlight ? this.sentAt + this.inFlightDeadlineMs : this.lastActivity + this.opts.keepaliveMs);
   }
 
-  private readonly onWatchdog = (): void => {
-    this.watchdog = null;
-    this.watchdogDue = Infinity;
+  private onWatchdog(): void {
     if (this.state !== 'ready') return;
     const now = performance.now();
     if (this.inFlight) {
@@ -378,7 +342,7 @@ export class Session {
       return;
     }
     this.arm();
-  };
+  }
 
   private everReady = false;
 
@@ -397,8 +361,7 @@ export class Session {
     const wasReady = this.state === 'ready';
     this.state = 'dead';
     this.deathCause = err;
-    if (this.watchdog) clearTimeout(this.watchdog);
-    this.watchdog = null;
+    this.watchdog.stop();
     this.conn?.destroy();
     const lost = this.lostError();
     const failed = [...(this.inFlight ?? []), ...this.pending];
