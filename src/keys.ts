@@ -1,5 +1,5 @@
-import murmur from 'murmurhash3js-revisited';
 import { InvalidArgumentError } from './errors.js';
+import { murmur3x64First64 } from './murmur3-x64.js';
 import { optionKeys, optionsObject } from './options.js';
 
 /** What a lock is called: a name (hashed) or an explicit int64 key. */
@@ -126,8 +126,7 @@ export function nameToBytes(argument: string, value: unknown): Uint8Array {
 }
 
 function hashKey(bytes: Uint8Array): bigint {
-  const hex = murmur.x64.hash128(bytes, 0);
-  return BigInt.asIntN(64, BigInt(`0x${hex.slice(0, 16)}`));
+  return murmur3x64First64(bytes);
 }
 
 export function describeType(value: unknown): string {

@@ -1,10 +1,11 @@
 import { EventEmitter } from 'node:events';
 import type pg from 'pg';
-import { CompositeLockHandle } from './advisory/composite-handle.js';
+import { acquireAll } from './advisory/acquire-all.js';
+import type { CompositeLockHandle } from './advisory/composite-handle.js';
 import type { FencedLockHandle, LockHandle } from './advisory/handle.js';
 import { AdvisoryLockManager, type AcquireRequest } from './advisory/lock-manager.js';
 import { heldInCallback, runHolding } from './advisory/nesting.js';
-import { InvalidArgumentError, LockerClosedError, LockTimeoutError, NestedLockError } from './errors.js';
+import { InvalidArgumentError, LockerClosedError, NestedLockError } from './errors.js';
 import { LeaderCampaign, type LeaderElection } from './lease/leader.js';
 import { inspectDatabase, type LockReport, type OwnLocks } from './observe/inspect.js';
 import { NameRegistry } from './observe/name-registry.js';
@@ -242,7 +243,11 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
       },
       this.opts.logger,
     );
-    this.names = new NameRegistry((text, values) => this.source.pool.query(text, values), this.opts.logger);
+    // Names go out on the waiter session while it is idle (no connection of their own), else through the pool.
+    this.names = new NameRegistry(
+      (text, values) => this.sessions.idleWaiter()?.statement(text, values) ?? this.source.pool.query(text, values),
+      this.opts.logger,
+    );
     this.observer = new Observer(this, this.opts.logger, o.meter, () => this.stats().held);
     this.listener = new ReleaseListener(
       this.source,
@@ -263,6 +268,7 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
       },
     );
     this.locks = new AdvisoryLockManager(this.sessions, this.listener, this.observer, this.opts.deadlineMs);
+    this.sessions.waiterInUse = () => this.locks.usesWaiterSession();
     this.leases = new LeaseManager(this.source, this.sessions, this.listener, this.observer);
     this.semaphores = new SemaphoreManager(this.sessions, this.listener, this.observer);
   }
@@ -336,20 +342,7 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
     // One canonical order (ascending key) for every caller: two acquireAll calls can never wait on each other in a cycle.
     const ordered = [...targets.values()].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
     this.budget.check(first.target, ordered.length);
-    const deadline = first.timeoutMs === Infinity ? Infinity : performance.now() + first.timeoutMs;
-    const held: LockHandle[] = [];
-    try {
-      for (const target of ordered) {
-        const timeoutMs = deadline === Infinity ? Infinity : Math.max(0, deadline - performance.now());
-        const handle = await this.refusedIfPooled(this.locks.acquire({ ...first, target, timeoutMs }, true));
-        if (!handle) throw new LockTimeoutError(target.name, target.key, first.timeoutMs);
-        held.push(handle);
-      }
-    } catch (err) {
-      await Promise.all(held.map((h) => h.release()));
-      throw err;
-    }
-    return new CompositeLockHandle(held);
+    return acquireAll(this.locks, this.sessions, first, ordered, (pending) => this.refusedIfPooled(pending));
   }
 
   // The handle's data is the caller's own value (what it stored as JSON), hence the casts to LeaseHandle<D>.

@@ -1,23 +1,21 @@
-import { LockLostError } from '../errors.js';
-import { BaseHandle, type LockHandle } from './handle.js';
+import { BaseHandle } from './handle.js';
 
 /** Several locks taken together (acquireAll): held while all are held, lost when any is lost. */
 export class CompositeLockHandle extends BaseHandle {
-  constructor(readonly handles: readonly LockHandle[]) {
+  /** Called once when the composite ends: released, or lost with one of its members. */
+  onEnd: (() => void) | null = null;
+
+  constructor(readonly handles: readonly BaseHandle[]) {
     // Identified by its first key in canonical order; the members carry their own names and keys.
     super('lock', null, handles[0]!.key, handles[0]!.mode, null);
-    for (const h of handles) {
-      h.signal.addEventListener(
-        'abort',
-        () => {
-          const reason = h.signal.reason;
-          this.markLost(reason instanceof LockLostError ? reason : new LockLostError(h.name, h.key, 'session-lost', { cause: reason }));
-          // The rest are useless without the lost one: give them back.
-          void this.releaseMembers();
-        },
-        { once: true },
-      );
-    }
+    // A loss hook rather than a listener on each member's signal: thousands of members stay cheap.
+    const onLoss = (err: Parameters<NonNullable<BaseHandle['onLoss']>>[0]) => {
+      if (!this.markLost(err)) return;
+      this.end();
+      // The rest are useless without the lost one: give them back.
+      void this.releaseMembers();
+    };
+    for (const h of handles) h.onLoss = onLoss;
   }
 
   get keys(): bigint[] {
@@ -26,8 +24,15 @@ export class CompositeLockHandle extends BaseHandle {
 
   protected async doRelease(): Promise<boolean> {
     this.markReleased();
+    this.end();
     const results = await this.releaseMembers();
     return results.every(Boolean);
+  }
+
+  private end(): void {
+    const onEnd = this.onEnd;
+    this.onEnd = null;
+    onEnd?.();
   }
 
   private releaseMembers(): Promise<boolean[]> {

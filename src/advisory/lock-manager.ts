@@ -29,6 +29,8 @@ export interface AcquireRequest {
   fencing: boolean;
   /** How events and metrics report it: 'leader' for a leader election's session guard; default 'lock'. */
   kind?: 'lock' | 'leader';
+  /** Part of an acquireAll: tried on the bulk slot's session (SessionPool.lockSessionFor). */
+  bulk?: boolean;
 }
 
 /** Wake-up polls back a waiter up when a release went unannounced (a holder's session died, a non-pgfence holder). */
@@ -104,8 +106,9 @@ interface KeyState {
   pollDelayMs: number;
   /** release() calls waiting for the unlock to complete. */
   releaseWaiters: { handle?: AdvisoryLockHandle; resolve: (released: boolean) => void }[];
-  /** The waiter whose try is in flight, if any. */
+  /** The waiter whose try is in flight, if any, and the session it went to. */
   attemptFor: Waiter | null;
+  attemptSession: Session | null;
   /** Until when local shared grants defer to waiters elsewhere (set when a release found some). */
   contendedUntil: number;
 }
@@ -334,7 +337,8 @@ export class AdvisoryLockManager {
   private attempt(state: KeyState, head: Waiter): void {
     let session: Session;
     try {
-      session = this.sessions.sessionFor(state.key);
+      // A key waits and is tried where its marker is, so that its own marker never stands in its way.
+      session = state.markerSession ?? this.sessions.lockSessionFor(state.key, head.request.bulk === true);
     } catch (err) {
       if (this.settle(state, head)) head.reject(new LockerClosedError('the locker is closed', { cause: err }));
       return;
@@ -350,6 +354,7 @@ export class AdvisoryLockManager {
     else code = shared ? Op.waitTryShared : Op.waitTryExclusive;
     state.busy = true;
     state.attemptFor = head;
+    state.attemptSession = session;
     state.wakePending = false;
     this.clearPoll(state);
     const onResult = (result: number, token: bigint | null) => {
@@ -427,6 +432,11 @@ export class AdvisoryLockManager {
       if (!head.settled) this.attempt(state, head);
       else this.pump(state);
     });
+  }
+
+  /** A wait is blocked on the waiter session, or a lock granted there is held (the pool must not close it). */
+  usesWaiterSession(): boolean {
+    return this.blocking !== null || !this.canBlock();
   }
 
   /** The waiter session is free: open, not waiting, and holding nothing (a wait never blocks a release). */
@@ -536,7 +546,8 @@ export class AdvisoryLockManager {
       }
       if (result === 3) state.contendedUntil = performance.now() + 1000;
       // 0: the backend no longer held it (the lock was lost before this release).
-      this.settleReleases(state, result !== 0, lostCause ?? new Error('the session no longer held the lock'));
+      // The cause only when there is a loss to report: an Error's stack costs more than the rest of a release.
+      this.settleReleases(state, result !== 0, result === 0 ? (lostCause ?? new Error('the session no longer held the lock')) : undefined);
       this.pump(state);
     };
     // A failed unlock leaves nothing held: the session is gone, or reconciliation undid it. A dead session
@@ -659,7 +670,7 @@ export class AdvisoryLockManager {
   /** The waiter's first try is on its way over a session that is still connecting. */
   private firstTryPending(state: KeyState, waiter: Waiter): boolean {
     if (waiter.waiting || state.queue[0] !== waiter || !state.busy) return false;
-    return this.sessions.peek(state.key)?.state === 'connecting';
+    return state.attemptSession?.state === 'connecting';
   }
 
   /** The wait ran out on a busy lock: LockTimeoutError, or null for tryAcquire. */
@@ -751,6 +762,7 @@ export class AdvisoryLockManager {
         pollDelayMs: FIRST_POLL_MS,
         releaseWaiters: [],
         attemptFor: null,
+        attemptSession: null,
         contendedUntil: 0,
       };
       this.states.set(key, state);

@@ -4,16 +4,38 @@ import type { ConnectionSource } from './connection-source.js';
 import { Session } from './session.js';
 
 /**
- * A fixed number of session slots. A key always maps to the same slot, so a key's lock, its waiter
- * marker and the probe of that marker all live on one backend (a backend's own locks never conflict
- * with each other). A dead session is replaced the next time its slot is used.
+ * Bulk holds (acquireAll) past this many on the bulk slot's session make single acquires keep off it:
+ * PostgreSQL walks a backend's whole local lock table at the end of every statement, so a session
+ * holding thousands of locks makes each of its statements slower.
+ */
+export const HEAVY_HOLDS = 256;
+/** A waiter session with nothing to do for this many keepalive periods is closed (opened again on need). */
+export const WAITER_IDLE_PERIODS = 6;
+
+/**
+ * A fixed number of session slots. A key maps to a slot by its low bits, so a key's lock, its waiter
+ * marker and the probe of that marker live on one backend (a backend's own locks never conflict with
+ * each other). The last slot is also the bulk slot: acquireAll puts its locks there, and while it holds
+ * many of them single acquires go to the other slots (with maxSessions 1 everything shares the one).
+ * A dead session is replaced the next time its slot is used.
+ *
+ * The waiter session is opened together with the first lock session, so a first contended acquire
+ * does not connect on its way into PostgreSQL's queue; it is closed again after WAITER_IDLE_PERIODS
+ * keepalive periods without use.
  */
 export class SessionPool {
   private readonly slots: (Session | null)[];
   /** The session that blocks in pg_advisory_lock for one contended key at a time (PostgreSQL's FIFO queue). */
   private waiter: Session | null = null;
+  /** performance.now() when the waiter session was last seen in use. */
+  private waiterUsedAt = 0;
+  private waiterIdleTimer: NodeJS.Timeout | null = null;
   private nextId = 1;
   private closed = false;
+  /** Locks that acquireAll holds now (kept by the bulk acquisition): past HEAVY_HOLDS singles avoid the bulk slot. */
+  bulkHeld = 0;
+  /** Whether the lock manager uses the waiter session now: a wait blocked on it, or a lock granted there. */
+  waiterInUse: () => boolean = () => false;
 
   constructor(
     private readonly source: ConnectionSource,
@@ -30,7 +52,28 @@ export class SessionPool {
 
   /** The live (or connecting) session of the key's slot, opening a new one if needed. */
   sessionFor(key: bigint): Session {
-    const slot = this.slotOf(key);
+    return this.slotSession(this.slotOf(key));
+  }
+
+  /**
+   * Where a session lock of `key` is tried: the bulk slot for acquireAll, else the key's slot, keeping
+   * off the bulk slot while it holds many. Opening a lock session opens the waiter session alongside.
+   */
+  lockSessionFor(key: bigint, bulk: boolean): Session {
+    const n = this.slots.length;
+    let slot: number;
+    if (n === 1) slot = 0;
+    else if (bulk) slot = n - 1;
+    else if (this.bulkHeld >= HEAVY_HOLDS) slot = Number(key & 0xffffn) % (n - 1);
+    else slot = this.slotOf(key);
+    const current = this.slots[slot];
+    if (current && current.state !== 'dead') return current;
+    const session = this.slotSession(slot);
+    if (!this.waiter || this.waiter.state === 'dead') this.openWaiter();
+    return session;
+  }
+
+  private slotSession(slot: number): Session {
     const current = this.slots[slot];
     if (current && current.state !== 'dead') return current;
     const session = this.open();
@@ -40,14 +83,50 @@ export class SessionPool {
 
   /** The waiter session, opening a new one if needed. */
   waiterSession(): Session {
+    this.waiterUsedAt = performance.now();
     if (this.waiter && this.waiter.state !== 'dead') return this.waiter;
-    this.waiter = this.open();
-    return this.waiter;
+    return this.openWaiter();
   }
 
   isWaiterSession(session: Session | null): boolean {
     return session !== null && session === this.waiter;
   }
+
+  /**
+   * The waiter session when it is open and the lock manager does not use it (for background writes such
+   * as lock names, which then need no connection of their own), else null.
+   */
+  idleWaiter(): Session | null {
+    const waiter = this.waiter;
+    if (!waiter || waiter.state === 'dead' || this.waiterInUse()) return null;
+    this.waiterUsedAt = performance.now();
+    return waiter;
+  }
+
+  private openWaiter(): Session {
+    this.waiter = this.open();
+    this.waiterUsedAt = performance.now();
+    this.waiterIdleTimer ??= setInterval(this.closeIdleWaiter, this.opts.keepaliveMs);
+    this.waiterIdleTimer.unref();
+    return this.waiter;
+  }
+
+  /** Closes the waiter session once it has not been used for WAITER_IDLE_PERIODS keepalive periods. */
+  private readonly closeIdleWaiter = (): void => {
+    const waiter = this.waiter;
+    const now = performance.now();
+    if (!waiter || waiter.state === 'dead') {
+      if (this.waiterIdleTimer) clearInterval(this.waiterIdleTimer);
+      this.waiterIdleTimer = null;
+      return;
+    }
+    if (this.waiterInUse()) this.waiterUsedAt = now;
+    else if (now - this.waiterUsedAt >= WAITER_IDLE_PERIODS * this.opts.keepaliveMs) {
+      this.waiter = null;
+      waiter.close(); // it holds nothing: closing loses nothing
+      this.opts.logger.debug({ session: waiter.id }, 'pgfence: idle waiter session closed');
+    }
+  };
 
   /** Interrupts the statement a session is running (a blocking wait), from another connection. */
   async cancel(session: Session): Promise<void> {
@@ -68,11 +147,6 @@ export class SessionPool {
     });
   }
 
-  /** The key's session as it is now (possibly dead), without opening one. */
-  peek(key: bigint): Session | null {
-    return this.slots[this.slotOf(key)] ?? null;
-  }
-
   /** Sessions currently open or opening. */
   live(): Session[] {
     return [...this.slots, this.waiter].filter((s): s is Session => s !== null && s.state !== 'dead');
@@ -80,6 +154,8 @@ export class SessionPool {
 
   close(): void {
     this.closed = true;
+    if (this.waiterIdleTimer) clearInterval(this.waiterIdleTimer);
+    this.waiterIdleTimer = null;
     for (const s of this.slots) s?.close();
     this.waiter?.close();
   }

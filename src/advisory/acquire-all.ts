@@ -1,0 +1,66 @@
+import { LockTimeoutError } from '../errors.js';
+import type { LockTarget } from '../keys.js';
+import type { SessionPool } from '../session/session-pool.js';
+import { CompositeLockHandle } from './composite-handle.js';
+import type { AcquireRequest, AdvisoryLockHandle, AdvisoryLockManager } from './lock-manager.js';
+
+/**
+ * acquireAll: several session locks, all or nothing, in one canonical order (ascending key) for every
+ * caller, so that two of them never wait on each other in a cycle.
+ *
+ * The keys are first tried all at once: tries never wait (no cycle), and concurrent tries on one
+ * session go out together, so a free set of thousands of keys costs a few statements. When a key is
+ * busy, the locks taken past it are given back and the call waits for that key holding only keys
+ * before it (the canonical order again), then tries the rest at once, and so on.
+ *
+ * The locks go to the bulk slot's session (SessionPool.lockSessionFor), apart from where single
+ * acquires go once many are held; `sessions.bulkHeld` counts them while they are held.
+ */
+export async function acquireAll(
+  locks: AdvisoryLockManager,
+  sessions: SessionPool,
+  /** The request of the first name: mode, timeout, signal, ttl. */
+  template: AcquireRequest,
+  /** Distinct targets in ascending key order. */
+  ordered: LockTarget[],
+  /** Maps a failure of a pinned session to the pooler refusal when that is its cause. */
+  refusedIfPooled: <T>(pending: Promise<T>) => Promise<T>,
+): Promise<CompositeLockHandle> {
+  const deadline = template.timeoutMs === Infinity ? Infinity : performance.now() + template.timeoutMs;
+  const held: AdvisoryLockHandle[] = [];
+  const acquire = (target: LockTarget, timeoutMs: number) =>
+    refusedIfPooled(locks.acquire({ ...template, target, timeoutMs, bulk: true }, true)) as Promise<AdvisoryLockHandle | null>;
+  try {
+    let next = 0;
+    while (next < ordered.length) {
+      const tries = await Promise.allSettled(ordered.slice(next).map((target) => acquire(target, 0)));
+      let granted = 0;
+      while (granted < tries.length) {
+        const t = tries[granted]!;
+        if (t.status !== 'fulfilled' || t.value === null) break;
+        held.push(t.value);
+        granted++;
+      }
+      // Past the first key not granted, give back what was: a wait holds only keys before its own.
+      const past = tries.slice(granted + 1);
+      await Promise.all(past.map((t) => (t.status === 'fulfilled' ? t.value?.release() : undefined)));
+      const failed = tries.find((t): t is PromiseRejectedResult => t.status === 'rejected');
+      if (failed) throw failed.reason;
+      next += granted;
+      if (next === ordered.length) break;
+      const target = ordered[next]!;
+      const timeoutMs = deadline === Infinity ? Infinity : Math.max(0, deadline - performance.now());
+      const handle = await acquire(target, timeoutMs);
+      if (!handle) throw new LockTimeoutError(target.name, target.key, template.timeoutMs);
+      held.push(handle);
+      next++;
+    }
+  } catch (err) {
+    await Promise.all(held.map((h) => h.release()));
+    throw err;
+  }
+  sessions.bulkHeld += held.length;
+  const composite = new CompositeLockHandle(held);
+  composite.onEnd = () => (sessions.bulkHeld -= held.length);
+  return composite;
+}
