@@ -36,22 +36,30 @@ function keyOf(name: unknown, namespace: unknown): bigint {
   // validation are ever stored, and names without a namespace and each namespace's names live in
   // separate maps, so no spelling of one can be found as the other.
   const cache = typeof name !== 'string' ? undefined : namespace === undefined ? plainKeys : typeof namespace === 'string' ? namespacedKeys.get(namespace) : undefined;
-  const cached = cache?.get(name as string);
+  const cached = cache?.get(name as string) ?? (namespace === undefined && typeof name === 'string' ? olderPlainKeys.get(name) : undefined);
   if (cached !== undefined) return cached;
   const key = computeKey(name, namespace);
   remember(namespace as string | undefined, name as string, key);
   return key;
 }
 
-/** Recently used names (each validated) and their keys: names without a namespace, and per namespace. */
+/**
+ * Recently used names (each validated) and their keys: names without a namespace in two generations
+ * (a full one becomes the older, and the older is dropped: no per-insert eviction, which costs a Map
+ * iterator over its deleted entries when thousands of new names come at once), and per namespace.
+ */
 const RECENT_KEYS = 4096;
-const plainKeys = new Map<string, bigint>();
+let plainKeys = new Map<string, bigint>();
+let olderPlainKeys = new Map<string, bigint>();
 const namespacedKeys = new Map<string, Map<string, bigint>>();
 let namespacedCount = 0;
 
 function remember(namespace: string | undefined, name: string, key: bigint): void {
   if (namespace === undefined) {
-    if (plainKeys.size >= RECENT_KEYS) plainKeys.delete(plainKeys.keys().next().value!);
+    if (plainKeys.size >= RECENT_KEYS) {
+      olderPlainKeys = plainKeys;
+      plainKeys = new Map();
+    }
     plainKeys.set(name, key);
     return;
   }

@@ -28,24 +28,18 @@ export async function acquireAll(
 ): Promise<CompositeLockHandle> {
   const deadline = template.timeoutMs === Infinity ? Infinity : performance.now() + template.timeoutMs;
   const held: AdvisoryLockHandle[] = [];
+  const bulk: AcquireRequest = { ...template, bulk: true };
   const acquire = (target: LockTarget, timeoutMs: number) =>
-    refusedIfPooled(locks.acquire({ ...template, target, timeoutMs, bulk: true }, true)) as Promise<AdvisoryLockHandle | null>;
+    refusedIfPooled(locks.acquire({ ...bulk, target, timeoutMs }, true)) as Promise<AdvisoryLockHandle | null>;
   try {
     let next = 0;
     while (next < ordered.length) {
-      const tries = await Promise.allSettled(ordered.slice(next).map((target) => acquire(target, 0)));
+      const tries = await refusedIfPooled(locks.tryMany(bulk, ordered.slice(next)));
       let granted = 0;
-      while (granted < tries.length) {
-        const t = tries[granted]!;
-        if (t.status !== 'fulfilled' || t.value === null) break;
-        held.push(t.value);
-        granted++;
-      }
+      while (granted < tries.length && tries[granted] !== null) held.push(tries[granted++]!);
       // Past the first key not granted, give back what was: a wait holds only keys before its own.
-      const past = tries.slice(granted + 1);
-      await Promise.all(past.map((t) => (t.status === 'fulfilled' ? t.value?.release() : undefined)));
-      const failed = tries.find((t): t is PromiseRejectedResult => t.status === 'rejected');
-      if (failed) throw failed.reason;
+      await Promise.all(tries.slice(granted + 1).map((h) => h?.release()));
+      template.signal?.throwIfAborted();
       next += granted;
       if (next === ordered.length) break;
       const target = ordered[next]!;

@@ -206,6 +206,93 @@ export class AdvisoryLockManager {
     });
   }
 
+  /**
+   * One plain try for each of many keys, sent together (acquireAll's first step). A key this locker does
+   * not use now (no state in flight, held, queued, marked or recently contended) is tried straight on its
+   * session, without a waiter or a promise of its own: thousands cost a few batched statements. Any other
+   * key takes the usual path with timeoutMs 0. Resolves with a handle or null (busy) per target, in order;
+   * rejects, once every try has answered and what they took is given back, when any try failed.
+   */
+  tryMany(template: AcquireRequest, targets: readonly LockTarget[]): Promise<(AdvisoryLockHandle | null)[]> {
+    if (this.closed) return Promise.reject(new LockerClosedError());
+    if (template.signal?.aborted) return Promise.reject(template.signal.reason);
+    const results: (AdvisoryLockHandle | null)[] = new Array(targets.length).fill(null);
+    return new Promise((resolve, reject) => {
+      let left = targets.length;
+      let failure: unknown = null;
+      const answered = (i: number, handle: AdvisoryLockHandle | null, err?: unknown) => {
+        results[i] = handle;
+        if (err !== undefined && failure === null) failure = err;
+        if (--left > 0) return;
+        if (failure === null) return resolve(results);
+        void Promise.all(results.map((h) => h?.release())).then(() => reject(failure));
+      };
+      const usual = (i: number, target: LockTarget) =>
+        this.acquire({ ...template, target, timeoutMs: 0 }, true).then(
+          (h) => answered(i, h),
+          (err: unknown) => answered(i, null, err),
+        );
+      const now = performance.now();
+      const exclusive = template.mode === 'exclusive';
+      for (let i = 0; i < targets.length; i++) {
+        const target = targets[i]!;
+        const known = this.states.get(target.key);
+        if (known && (known.busy || known.heldMode || known.queue.length > 0 || known.markerSession || known.contendedUntil > now)) {
+          usual(i, target);
+          continue;
+        }
+        let session: Session;
+        try {
+          session = this.sessions.lockSessionFor(target.key, template.bulk === true);
+        } catch (err) {
+          answered(i, null, err);
+          continue;
+        }
+        const state = known ?? this.stateOf(target.key);
+        state.busy = true;
+        state.attemptSession = session;
+        this.waitingCount++;
+        session.submit(
+          exclusive ? Op.tryExclusive : Op.tryShared,
+          target.key,
+          (result) => {
+            state.busy = false;
+            this.waitingCount--;
+            if ((result & 1) === 1) {
+              state.heldMode = template.mode;
+              state.session = session;
+              // Closed meanwhile: no handle; pump() gives the lock back.
+              if (!this.closed) answered(i, this.grantTry(state, target, session, template, now));
+              else answered(i, null, new LockerClosedError('the locker was closed'));
+            } else {
+              state.contendedUntil = performance.now() + CONTENDED_MS;
+              answered(i, null);
+            }
+            this.pump(state);
+          },
+          (err) => {
+            state.busy = false;
+            this.waitingCount--;
+            this.pump(state);
+            // The session died under the try: try again the usual way, on its replacement.
+            if (err instanceof SessionLostError && err.connected && !this.closed) usual(i, target);
+            else answered(i, null, err instanceof PgfenceError ? err : new LockUnavailableError(err.message, { cause: err }));
+          },
+        );
+      }
+    });
+  }
+
+  /** A handle for a grant of tryMany (no waiter to answer). */
+  private grantTry(state: KeyState, target: LockTarget, session: Session, template: AcquireRequest, startedAt: number): AdvisoryLockHandle {
+    const handle = new AdvisoryLockHandle(this, target.name, target.key, template.mode, null, session.id, template.kind);
+    state.holders.add(handle);
+    this.heldCount++;
+    if (template.ttlMs !== undefined) handle.cancelTtl = setLongTimeout(() => this.expire(handle), template.ttlMs, true);
+    this.observer.acquired(handle, performance.now() - startedAt);
+    return handle;
+  }
+
   /** This locker's held locks, by backend pid and key, with their earliest grant. */
   ownLocks(into: Map<string, Date>): void {
     for (const state of this.states.values()) {
