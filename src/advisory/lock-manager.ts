@@ -553,7 +553,7 @@ export class AdvisoryLockManager {
     const lockTimeout = remaining === Infinity ? '0' : `${Math.max(1, Math.ceil(remaining))}ms`;
     session
       .statement<{ r: number; token: string | null }>(
-        (guarded) => blockingLockSql(mode === 'shared', fencing, guarded).text,
+        (guarded) => blockingLockSql(mode === 'shared', fencing, guarded), // prepared: one per flavour
         [state.key, lockTimeout],
         { deadlineMs: remaining + this.deadlineMs, withdraw: blocking.withdraw.signal },
       )

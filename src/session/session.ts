@@ -35,7 +35,9 @@ interface PendingOp {
 }
 const PROBE = 0;
 
-export type StatementText = string | ((guarded: boolean) => string);
+/** A statement's text, or a prepared statement (name and text), possibly per flavour (guarded or not). */
+export type StatementText = string | PreparedText | ((guarded: boolean) => string | PreparedText);
+type PreparedText = { name: string; text: string };
 
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -336,7 +338,8 @@ export class Session {
   private async executeStatement(op: PendingOp, statement: NonNullable<PendingOp['statement']>): Promise<void> {
     try {
       const text = typeof statement.text === 'function' ? statement.text(this.guarded) : statement.text;
-      statement.done((await this.conn!.client.query({ text, values: statement.values })).rows);
+      const query = typeof text === 'string' ? { text, values: statement.values } : { ...text, values: statement.values };
+      statement.done((await this.conn!.client.query(query)).rows);
     } catch (err) {
       if (isConnectionError(err)) throw err; // the session dies, failing the operation with it
       op.reject(err as Error);
