@@ -1,3 +1,7 @@
+import { bigintAsString } from './core/json.js';
+import { isSchemaMissing, sqlState, SQLSTATE } from './core/sqlstate.js';
+import type { LockLostReason } from './core/vocabulary.js';
+
 /** Every `code` a PgfenceError can carry, for exhaustive switches (also at run time, for checks). */
 export const PGFENCE_ERROR_CODES = [
   // Locks
@@ -47,7 +51,7 @@ export class PgfenceError extends Error {
   /** JSON loggers serialise errors too: keys and tokens (bigints) become strings. */
   toJSON(): Record<string, unknown> {
     const out: Record<string, unknown> = { name: this.name, code: this.code, message: this.message };
-    for (const [k, v] of Object.entries(this)) out[k] = typeof v === 'bigint' ? String(v) : v;
+    for (const [k, v] of Object.entries(this)) out[k] = bigintAsString(k, v);
     return out;
   }
 }
@@ -69,9 +73,6 @@ export class LockTimeoutError extends PgfenceError {
     this.timeoutMs = timeoutMs;
   }
 }
-
-/** Why a held lock stopped being held. */
-export type LockLostReason = 'session-lost' | 'ttl-expired' | 'lease-expired' | 'lease-stolen' | 'closed';
 
 /** A held lock was lost: its session died, its TTL ran out, or its lease was taken over. */
 export class LockLostError extends PgfenceError {
@@ -199,19 +200,17 @@ export function describeLock(name: string | null, key: bigint): string {
   return name === null ? `key ${key}` : `"${name.length > 80 ? `${name.slice(0, 77)}...` : name}" (key ${key})`;
 }
 
-const MISSING_SCHEMA_CODES = new Set(['42883', '3F000', '42P01']);
-
 /**
  * The error for a statement that failed for a reason pgfence knows: it needed pgfence's schema
  * (undefined function, schema or table), or a key's fencing tokens are exhausted. Null otherwise.
  */
 export function schemaMissingError(err: unknown): PgfenceError | null {
-  const code = (err as { code?: unknown } | null)?.code;
-  if (code === '53200') return new LockTableFullError({ cause: err });
-  if (code === 'PGF02') {
+  const code = sqlState(err);
+  if (code === SQLSTATE.outOfSharedMemory) return new LockTableFullError({ cause: err });
+  if (code === SQLSTATE.tokensExhausted) {
     return new PgfenceError('PGFENCE_TOKENS_EXHAUSTED', `${(err as Error).message}; use another lock name`, { cause: err });
   }
-  if (typeof code !== 'string' || !MISSING_SCHEMA_CODES.has(code)) return null;
+  if (!isSchemaMissing(err)) return null;
   return new PgfenceError(
     'PGFENCE_NOT_MIGRATED',
     "this needs pgfence's schema (fencing tokens, leases): run migrate() or `pgfence migrate` against this database first",

@@ -1,7 +1,7 @@
 export { createLocker } from './locker.js';
 export type { AcquireOptions, FencedAcquireOptions, LeaseOptions, Locker, LockerOptions } from './locker.js';
 export type { Semaphore, SemaphoreAcquireOptions, SemaphoreOptions } from './advisory/semaphore.js';
-export type { FencedLockHandle, LockHandle } from './advisory/handle.js';
+export type { FencedLockHandle, LockHandle } from './core/handle.js';
 export { lockKey } from './keys.js';
 export type { LockKeyOptions, LockName } from './keys.js';
 export {
@@ -21,7 +21,8 @@ export {
   TransactionAbortedError,
 } from './errors.js';
 export { PGFENCE_ERROR_CODES } from './errors.js';
-export type { LockLostReason, PgfenceErrorCode } from './errors.js';
+export type { PgfenceErrorCode } from './errors.js';
+export type { LockKind, LockLostReason, LockMode } from './core/vocabulary.js';
 export type { Logger } from './observe/logger.js';
 export type { Meter } from './observe/metrics.js';
 export type {
@@ -30,12 +31,10 @@ export type {
   ContentionEvent,
   LockerEvents,
   LockerStats,
-  LockKind,
-  LockMode,
   LostEvent,
   ReleasedEvent,
   TimeoutEvent,
-} from './observe/observer.js';
+} from './observe/events.js';
 export { tryXactLock, xactLock } from './advisory/xact-pg.js';
 export type { FencedXactLockOptions, FencedXactLockResult, XactLockOptions, XactLockResult } from './advisory/xact.js';
 export { fencedClaim, fencedUpdate } from './fencing/fenced-update-pg.js';

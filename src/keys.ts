@@ -1,6 +1,9 @@
 import { InvalidArgumentError } from './errors.js';
 import { murmur3x64First64 } from './murmur3-x64.js';
-import { optionKeys, optionsObject } from './options.js';
+import { describeType, optionKeys, optionsObject } from './options.js';
+
+// Its home is options.ts (keys.ts imports the option checks, not the other way round); named here for existing importers.
+export { describeType };
 
 /** What a lock is called: a name (hashed) or an explicit int64 key. */
 export type LockName = string | bigint | number;
@@ -135,11 +138,4 @@ export function nameToBytes(argument: string, value: unknown): Uint8Array {
 
 function hashKey(bytes: Uint8Array): bigint {
   return murmur3x64First64(bytes);
-}
-
-export function describeType(value: unknown): string {
-  if (value === null) return 'null';
-  if (Array.isArray(value)) return 'an array';
-  if (typeof value === 'number' && Number.isNaN(value)) return 'NaN';
-  return typeof value === 'object' ? 'an object' : `${typeof value} ${String(value).slice(0, 40)}`;
 }

@@ -1,5 +1,4 @@
 import { InvalidArgumentError } from './errors.js';
-import { describeType } from './keys.js';
 
 /** Checks every argument before any I/O: each failure names the argument and what it accepts. */
 
@@ -19,14 +18,20 @@ export function optionKeys<T extends object>(keys: { readonly [K in keyof Requir
  */
 export function optionsObject<T extends object>(value: unknown, argument: string, known: OptionKeys<T>): Partial<T> {
   if (value === undefined) return {};
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-    throw new InvalidArgumentError(argument, `expected an options object, got ${describeType(value)}`);
-  }
+  objectOption(value, argument);
   // for-in with hasOwn: no array is allocated on the hot path.
   for (const key in value) {
     if (Object.hasOwn(value, key) && !(known as readonly string[]).includes(key)) throw unknownOption(key, argument, known);
   }
   return value as Partial<T>;
+}
+
+/** How a refused argument is shown in an error message: its type, and the start of its value. */
+export function describeType(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  if (typeof value === 'number' && Number.isNaN(value)) return 'NaN';
+  return typeof value === 'object' ? 'an object' : `${typeof value} ${String(value).slice(0, 40)}`;
 }
 
 function unknownOption(key: string, argument: string, known: readonly string[]): InvalidArgumentError {
@@ -102,6 +107,15 @@ export function positiveInteger(value: unknown, argument: string, max = 1_000_00
   return value;
 }
 
+/** An object of options passed on to another library as they are (its own keys, unchecked): undefined means {}. */
+export function objectOption(value: unknown, argument: string): object {
+  if (value === undefined) return {};
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw new InvalidArgumentError(argument, `expected an options object, got ${describeType(value)}`);
+  }
+  return value;
+}
+
 export function abortSignal(value: unknown, argument = 'signal'): AbortSignal | undefined {
   if (value === undefined) return undefined;
   if (!(value instanceof AbortSignal)) {
@@ -128,15 +142,10 @@ export function callback(value: unknown, argument: string): void {
   if (typeof value !== 'function') throw new InvalidArgumentError(argument, `expected a function, got ${describeType(value)}`);
 }
 
-/** setTimeout for any duration (Node caps a single timer at ~24.8 days); returns a cancel function. */
-export function setLongTimeout(fn: () => void, ms: number, unref = false): () => void {
-  if (ms === Infinity) return () => {};
-  const MAX = 2 ** 31 - 1;
-  let timer: NodeJS.Timeout;
-  const arm = (left: number) => {
-    timer = setTimeout(left > MAX ? () => arm(left - MAX) : fn, Math.min(left, MAX));
-    if (unref) timer.unref();
-  };
-  arm(ms);
-  return () => clearTimeout(timer);
+/** The options of a try method (tryAcquire, tryLease): one attempt, so a timeoutMs other than 0 is refused. */
+export function singleAttempt<T extends { timeoutMs?: number }>(o: Partial<T>, method: string, waitingMethod: string): Partial<T> {
+  if (o.timeoutMs !== undefined && o.timeoutMs !== 0) {
+    throw new InvalidArgumentError('timeoutMs', `${method} makes a single attempt; use ${waitingMethod}() to wait`);
+  }
+  return { ...o, timeoutMs: 0 };
 }

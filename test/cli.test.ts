@@ -61,7 +61,7 @@ describe('--help and usage errors', () => {
     ['migrate', ['--database-url']],
     ['status', ['--watch', '--json', '--database-url']],
     ['run', ['--wait', '--ttl', '--lease', '--at-least', '--kill-after', '--no-fencing', 'PGFENCE_TOKEN', '75', '70']],
-    ['bench', ['--seconds', '--workers']],
+    ['bench', ['--quick', '--only', '--seconds', '--workers', '--migrate']],
   ])('pgfence %s --help exits 0 and lists its options', async (command, options) => {
     const r = await pgfence([command, '--help'], { DATABASE_URL: undefined });
     expect(r.code).toBe(0);
@@ -86,8 +86,12 @@ describe('--help and usage errors', () => {
     [['status', '--watch=abc'], /--watch: expected a duration/],
     [['status', 'extra'], /unexpected argument "extra"/],
     [['migrate', '-x'], /unknown option -x/],
+    [['demo', '-qh'], /unknown option -qh/],
+    [['status', '--json', '--json'], /--json was given more than once/],
+    [['status', '--constructor'], /unknown option --constructor/],
     [['bench', '--seconds', 'many'], /--seconds: expected a number/],
     [['bench', '--seconds', '-1'], /--seconds: must be at least 2/],
+    [['bench', '--only=1,frobnicate'], /--only: expected measurement numbers or names/],
     [['status', '--database-url', 'not a url'], /expected a URL/],
   ])('pgfence %j exits 64 with a message', async (args, message) => {
     const r = await pgfence(args);
@@ -567,12 +571,60 @@ describe('pgfence status', () => {
 });
 
 describe('pgfence bench', () => {
-  it('prints one small table and closes everything', async () => {
-    const r = await pgfence(['bench', '--seconds', '2', '--workers', '2']);
-    expect(r.stderr).not.toContain('failed');
+  // One row label (the start of it) per row the bench prints: a measurement that stops printing one fails here.
+  const rows = [
+    /^1\. uncontended acquire\+release, same name\s+[\d,]+\/s\s+[\d,]+\/s\s+[\d.]+x/m,
+    /^1\. \.\.\. a new name each cycle /m,
+    /^2\. 64 callers.*vs postgres\.js pipelined/m,
+    /^2\. 64 callers.*vs one pg client, serial/m,
+    /^2\. 64 callers.*vs ioredis auto-pipelined/m,
+    ...['p50', 'p99', 'hand-offs > 10 ms', 'holder changes', 'grants/s', 'fewest grants', 'overlapping holders\\s+0\\s+0'].map((r) => new RegExp(`^3\\. hand-off, 8 workers / 8 lockers: ${r}`, 'm')),
+    ...['p50', 'p99', 'holder changes', 'grants/s', 'overlapping holders\\s+0\\s+0'].map((r) => new RegExp(`^3\\. hand-off, 8 workers / 1 locker: ${r}`, 'm')),
+    /^4\. fresh locker, first contended acquire/m,
+    /^4\. cold start: 8 fresh lockers x 25 grants/m,
+    /^4\. \.\.\. the burst/m,
+    /^4\. \.\.\. loading pgfence/m,
+    /^4\. 8 processes contending/m,
+    /^5\. fenced acquire\+release vs one durable commit/m,
+    /^5\. \.\.\. fenced cycle, in durable commits/m,
+    /^5\. lease acquire\+release vs one durable commit/m,
+    /^5\. \.\.\. lease cycle, in durable commits/m,
+    /^5\. WAL bytes per fenced cycle/m,
+    /^5\. WAL bytes per lease cycle/m,
+    /^6\. xactLock on a free key/m,
+    /^7\. acquireAll of 1,000 names vs one unnest statement/m,
+    /^7\. \.\.\. releasing them/m,
+    ...['granted in pg_locks\\s+1000 ', 'connections holding them', 'other locker connections', 'acquire all, release all', 'left in pg_locks after release\\s+0 '].map(
+      (r) => new RegExp(`^7\\. 1,000 acquire\\(\\) calls, 1,000 at a time: ${r}`, 'm'),
+    ),
+    /^7\. acquire\+release while 1,000 held/m,
+    /^7\. \.\.\. while 100 held vs none/m,
+    /^8\. name visible to others after grant, p50/m,
+    /^8\. \.\.\. p95, max/m,
+    ...['uncontended acquire\\+release', '\\.\\.\\. a new name each cycle', 'fenced acquire', 'lease acquire', 'xactLock transaction', 'contended grant', '64 callers', 'fresh locker'].map(
+      (r) => new RegExp(`^9\\. round trips per op: ${r}`, 'm'),
+    ),
+    /^9\. \.\.\. Parse messages per lease cycle/m,
+  ];
+
+  it('--quick runs every measurement, prints each row once, and closes everything', async () => {
+    const r = await pgfence(['bench', '--quick']);
+    expect(r.stderr).not.toContain('crashed');
     expect(r.code).toBe(0);
-    expect(r.stdout).toMatch(/uncontended acquire\+release\s+[\d,]+\/s\s+[\d,]+\/s\s+[\d.]+x/);
-    expect(r.stdout).toMatch(/hand-off p50, 2 workers\s+[\d.]+ ms/);
-    expect(r.stdout).toMatch(/overlapping holders\s+0\s+0/);
-  }, 60_000);
+    expect(r.stdout).not.toMatch(/ERROR|skipped/);
+    for (const row of rows) expect(r.stdout).toMatch(row);
+    expect(tableRows(r.stdout)).toHaveLength(rows.length + 8 /* each round-trip row has a messages row */);
+  }, 300_000);
+
+  it('--only takes measurement numbers or names', async () => {
+    const r = await pgfence(['bench', '--quick', '--only=xact,8']);
+    expect(r.code).toBe(0);
+    expect(tableRows(r.stdout).map((l) => l[0])).toEqual(['6', '8', '8']);
+  }, 120_000);
 });
+
+/** The rows of the bench's table: from the line under its header to the first blank line. */
+function tableRows(stdout: string): string[] {
+  const table = stdout.slice(stdout.indexOf('\nmeasurement ') + 1).split('\n\n')[0]!;
+  return table.split('\n').slice(2);
+}

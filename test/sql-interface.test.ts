@@ -5,7 +5,7 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLocker, InvalidArgumentError, lockKey } from '../src/index.js';
-import { NOTIFY_CHANNEL } from '../src/session/advisory-sql.js';
+import { NOTIFY_CHANNEL } from '../src/session/listener.js';
 import { eventually, track, useMigratedDatabase } from './support/db.js';
 
 let db: Awaited<ReturnType<typeof useMigratedDatabase>>;

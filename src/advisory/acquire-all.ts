@@ -1,6 +1,9 @@
-import { LockTimeoutError } from '../errors.js';
-import type { LockTarget } from '../keys.js';
+import type { LockerContext } from '../core/context.js';
+import { InvalidArgumentError, LockTimeoutError } from '../errors.js';
+import { resolveLock, type LockName, type LockTarget } from '../keys.js';
+import { describeType, optionsObject } from '../options.js';
 import type { SessionPool } from '../session/session-pool.js';
+import { ACQUIRE_OPTION_KEYS, acquireRequest, type AcquireOptions } from './acquire-options.js';
 import { CompositeLockHandle } from './composite-handle.js';
 import type { AcquireRequest, AdvisoryLockHandle, AdvisoryLockManager } from './lock-manager.js';
 
@@ -17,6 +20,32 @@ import type { AcquireRequest, AdvisoryLockHandle, AdvisoryLockManager } from './
  * acquires go once many are held; `sessions.bulkHeld` counts them while they are held.
  */
 export async function acquireAll(
+  ctx: LockerContext,
+  locks: AdvisoryLockManager,
+  sessions: SessionPool,
+  names: LockName[],
+  opts: AcquireOptions | undefined,
+): Promise<CompositeLockHandle> {
+  if (!Array.isArray(names) || names.length === 0) {
+    throw new InvalidArgumentError('names', `expected a non-empty array of lock names, got ${describeType(names)}`);
+  }
+  const o = optionsObject<AcquireOptions>(opts, 'acquireAll options', ACQUIRE_OPTION_KEYS);
+  if (o.fencing) throw new InvalidArgumentError('fencing', 'acquireAll does not issue fencing tokens; fence each resource with its own lock');
+  // Every name is checked before acquireRequest() notes the first one for the name registry (a write).
+  const targets = new Map<bigint, LockTarget>();
+  for (const [i, n] of names.entries()) {
+    const t = resolveLock(n, ctx.namespace, `names[${i}]`);
+    targets.set(t.key, t);
+  }
+  const first = acquireRequest(ctx, names[0], o, 'acquireAll');
+  // One canonical order (ascending key) for every caller: two acquireAll calls can never wait on each other in a cycle.
+  const ordered = [...targets.values()].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+  ctx.checkBudget(first.target, ordered.length);
+  return takeAll(locks, sessions, first, ordered, (pending) => ctx.refusedIfPooled(pending));
+}
+
+/** Takes the ordered targets (see acquireAll), all or none. */
+async function takeAll(
   locks: AdvisoryLockManager,
   sessions: SessionPool,
   /** The request of the first name: mode, timeout, signal, ttl. */

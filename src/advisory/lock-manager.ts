@@ -1,3 +1,4 @@
+import type { LockLostReason, LockMode } from '../core/vocabulary.js';
 import {
   LockerClosedError,
   LockLostError,
@@ -5,17 +6,16 @@ import {
   LockUnavailableError,
   PgfenceError,
   schemaMissingError,
-  type LockLostReason,
 } from '../errors.js';
 import type { LockTarget } from '../keys.js';
-import type { LockMode, Observer } from '../observe/observer.js';
-import { setLongTimeout } from '../options.js';
-import { blockingLockSql, heldBySessionSql, LEASE_HELD, Op, type OpCode } from '../session/advisory-sql.js';
+import type { Observer } from '../observe/observer.js';
+import { setLongTimeout } from '../core/signals.js';
+import { blockingLockSql, heldBySessionSql, LEASE_HELD, Op, type OpCode } from './advisory-sql.js';
 import type { ReleaseListener } from '../session/listener.js';
 import type { Session } from '../session/session.js';
 import type { SessionPool } from '../session/session-pool.js';
 import { SessionLostError, WITHDRAWN } from '../session/session.js';
-import { BaseHandle } from './handle.js';
+import { BaseHandle } from '../core/handle.js';
 
 export interface AcquireRequest {
   target: LockTarget;

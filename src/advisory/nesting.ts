@@ -1,5 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import type { LockHandle } from './handle.js';
+import type { LockHandle } from '../core/handle.js';
 
 interface Frame {
   readonly owner: object;

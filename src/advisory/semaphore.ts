@@ -6,7 +6,7 @@ import type { ReleaseListener } from '../session/listener.js';
 import type { Session } from '../session/session.js';
 import { SessionLostError } from '../session/session.js';
 import type { SessionPool } from '../session/session-pool.js';
-import { BaseHandle, type LockHandle } from './handle.js';
+import { BaseHandle, type LockHandle } from '../core/handle.js';
 import { releaseSlotSql, tryAnySlotSql } from './semaphore-sql.js';
 import { closedError, WaitLines, type Attempt, type LineRequest } from './wait-line.js';
 

@@ -1,8 +1,9 @@
 import { LockerClosedError, LockTimeoutError } from '../errors.js';
 import type { LockTarget } from '../keys.js';
-import type { HeldLockInfo, LockKind, Observer } from '../observe/observer.js';
-import { setLongTimeout } from '../options.js';
-import { Op } from '../session/advisory-sql.js';
+import type { HeldLockInfo, LockKind } from '../core/vocabulary.js';
+import type { Observer } from '../observe/observer.js';
+import { setLongTimeout } from '../core/signals.js';
+import { Op } from './advisory-sql.js';
 import type { ReleaseListener } from '../session/listener.js';
 import type { Session } from '../session/session.js';
 import type { SessionPool } from '../session/session-pool.js';

@@ -1,6 +1,6 @@
 import type pg from 'pg';
-import { InvalidArgumentError } from '../errors.js';
-import { describeType, type LockName } from '../keys.js';
+import { pgSqlExecutor } from '../core/sql-executor.js';
+import type { LockName } from '../keys.js';
 import {
   tryXactLockWith,
   xactLockWith,
@@ -13,25 +13,16 @@ import {
 
 /** node-postgres: a client (or pool client) inside BEGIN ... COMMIT. */
 export function pgExecutor(client: pg.ClientBase): XactExecutor {
-  if (typeof client !== 'object' || client === null || typeof (client as { query?: unknown }).query !== 'function') {
-    throw new InvalidArgumentError('client', `expected a node-postgres client inside a transaction, got ${describeType(client)}`);
-  }
+  const sql = pgSqlExecutor(client, 'client', 'a node-postgres client inside a transaction');
   const withStatus = client as pg.ClientBase & { getTransactionStatus?: () => string | null };
   return {
+    ...sql,
     identity: client,
-    scriptResults: true,
     perTransaction: false,
     status() {
       // pg >= 8.16 reports the server's transaction status from its last ReadyForQuery.
       const s = typeof withStatus.getTransactionStatus === 'function' ? withStatus.getTransactionStatus() : null;
       return s === 'I' ? 'idle' : s === 'T' ? 'active' : s === 'E' ? 'failed' : 'unknown';
-    },
-    async query<R>(text: string, values: unknown[]) {
-      return (await client.query(text, values)).rows as R[];
-    },
-    async script(text: string) {
-      const res = (await client.query(text)) as unknown as pg.QueryResult | pg.QueryResult[];
-      return (Array.isArray(res) ? res : [res]).map((r) => r.rows);
     },
     abandonAdvice:
       'the client was ended, and its transaction with it (the server rolls it back once it notices): ' +

@@ -1,3 +1,5 @@
+import { nextTokenExpr } from '../fencing/token-sql.js';
+
 /**
  * The SQL of transaction-scoped advisory locks. A blocking wait runs as one simple-protocol script
  * (one round trip): a savepoint, so that a timeout or deadlock leaves the caller's transaction usable;
@@ -23,7 +25,7 @@ FROM (SELECT transaction_timestamp() <> statement_timestamp() AS in_xact,
       OFFSET 0) AS t`;
   if (!fenced) return `${tries}`;
   // The token is issued only for a grant, in the caller's transaction: it commits with it.
-  return `SELECT g.*, CASE WHEN g.granted THEN pgfence.next_token($1::int8) END::text AS token FROM (${tries} OFFSET 0) AS g`;
+  return `SELECT g.*, CASE WHEN g.granted THEN ${nextTokenExpr('$1::int8')} END::text AS token FROM (${tries} OFFSET 0) AS g`;
 }
 
 /**
@@ -49,7 +51,7 @@ SELECT n.nested,
   CASE WHEN n.nested THEN NULL ELSE set_config('lock_timeout', '${timeout}', true) END AS set_timeout,
   CASE WHEN n.nested THEN NULL ELSE ${fn}(${key}) END AS locked,
   set_config('lock_timeout', p.prev, true) AS restored,
-  ${opts.fenced ? `CASE WHEN n.nested THEN NULL ELSE pgfence.next_token(${key})::text END` : 'NULL::text'} AS token,
+  ${opts.fenced ? `CASE WHEN n.nested THEN NULL ELSE ${nextTokenExpr(key)}::text END` : 'NULL::text'} AS token,
   extract(epoch FROM transaction_timestamp())::text AS xact
 FROM (SELECT current_setting('lock_timeout') AS prev OFFSET 0) AS p, (SELECT ${nested} AS nested OFFSET 0) AS n;
 RELEASE SAVEPOINT ${SAVEPOINT}`;
@@ -70,7 +72,7 @@ function epochLiteral(epoch: string): string {
 }
 
 /** The token of a lock just taken in this transaction (for drivers that report no script results). */
-export const nextTokenSql = 'SELECT pgfence.next_token($1::int8)::text AS token';
+export const nextTokenSql = `SELECT ${nextTokenExpr('$1::int8')}::text AS token`;
 
 /**
  * Sent after a statement went unanswered (xactLock gave up on the connection): queued behind it, it

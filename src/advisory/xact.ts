@@ -10,9 +10,11 @@ import {
   TransactionAbortedError,
 } from '../errors.js';
 import { nameToBytes, resolveLock, type LockName, type LockTarget } from '../keys.js';
-import { abortSignal, booleanOption, durationMs, oneOf, optionKeys, optionsObject, setLongTimeout } from '../options.js';
-import { isConnectionError } from '../session/connection-source.js';
-import type { LockMode } from '../observe/observer.js';
+import { abortSignal, booleanOption, durationMs, oneOf, optionKeys, optionsObject } from '../options.js';
+import { setLongTimeout } from '../core/signals.js';
+import type { SqlExecutor } from '../core/sql-executor.js';
+import { isConnectionLost, sqlState, SQLSTATE } from '../core/sqlstate.js';
+import type { LockMode } from '../core/vocabulary.js';
 import { nextTokenSql, tryXactLockSql, undoWaitScript, waitXactLockScript } from './xact-sql.js';
 
 export interface XactLockOptions {
@@ -39,18 +41,14 @@ export interface FencedXactLockResult extends XactLockResult {
   token: bigint;
 }
 
-/** How xactLock talks to a caller's transaction: a node-postgres client or a Kysely transaction. */
-export interface XactExecutor {
+/** The caller's transaction, as xactLock talks to it: a node-postgres client or a Kysely transaction. */
+export interface XactExecutor extends SqlExecutor {
   /** Kysely: the transaction object itself, new per transaction. node-postgres: the client. */
   readonly identity: object;
   /** True when `identity` lives for exactly one transaction. */
   readonly perTransaction: boolean;
   /** The transaction status known without I/O. */
   status(): 'idle' | 'active' | 'failed' | 'unknown';
-  query<R>(text: string, values: unknown[]): Promise<R[]>;
-  /** A multi-statement script; each statement's rows when the driver reports them (scriptResults), else null. */
-  script(text: string): Promise<Record<string, unknown>[][] | null>;
-  readonly scriptResults: boolean;
   /**
    * PostgreSQL has not answered one of our statements in time: make sure nothing the caller sends
    * later runs in this transaction as if the lock call had merely failed.
@@ -171,15 +169,15 @@ async function wait(exec: XactExecutor, p: Prepared): Promise<XactLockResult | n
       results = await answered(exec, slice, () => exec.script(script));
     } catch (err) {
       const code = sqlState(err);
-      if (isConnectionError(err)) throw translate(err, p);
-      if (code === '55P03') {
+      if (isConnectionLost(err)) throw translate(err, p);
+      if (code === SQLSTATE.lockNotAvailable) {
         first = false;
         if (deadline - performance.now() > 1 || p.signal?.aborted) continue; // the next slice, or the abort above
         await undo(exec, p);
         return null;
       }
       // A savepoint refused outside a transaction (25P01) or in an aborted one (25P02) left nothing to undo.
-      if (code !== '25P01' && code !== '25P02') await undo(exec, p);
+      if (code !== SQLSTATE.noActiveTransaction && code !== SQLSTATE.inFailedTransaction) await undo(exec, p);
       throw translate(err, p);
     }
     const row = results?.find((rows) => rows[0] && 'locked' in rows[0])?.[0];
@@ -254,20 +252,15 @@ function translate(err: unknown, p: Prepared): Error {
   const missing = schemaMissingError(err);
   if (missing) return missing;
   const code = sqlState(err);
-  if (code === '25P01') return new NotInTransactionError();
-  if (code === '25P02') return new TransactionAbortedError({ cause: err });
-  if (code === '40P01') return new DeadlockError(p.target.name, p.target.key, { cause: err });
-  if (code === '57014') {
+  if (code === SQLSTATE.noActiveTransaction) return new NotInTransactionError();
+  if (code === SQLSTATE.inFailedTransaction) return new TransactionAbortedError({ cause: err });
+  if (code === SQLSTATE.deadlockDetected) return new DeadlockError(p.target.name, p.target.key, { cause: err });
+  if (code === SQLSTATE.queryCanceled) {
     // The caller's statement_timeout (or a cancel request) ended the wait.
     const e = new LockTimeoutError(p.target.name, p.target.key, p.timeoutMs);
     (e as { cause?: unknown }).cause = err;
     return e;
   }
-  if (isConnectionError(err)) return new LockUnavailableError(`transaction lock failed: ${(err as Error)?.message}`, { cause: err });
+  if (isConnectionLost(err)) return new LockUnavailableError(`transaction lock failed: ${(err as Error)?.message}`, { cause: err });
   return err instanceof Error ? err : new Error(String(err));
-}
-
-function sqlState(err: unknown): string | undefined {
-  const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === 'string' ? code : undefined;
 }

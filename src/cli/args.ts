@@ -1,10 +1,12 @@
 /**
- * A small argument parser for the pgfence command (no dependencies): `--flag value`, `--flag=value`,
+ * The pgfence command's arguments, tokenized by node:util's parseArgs: `--flag value`, `--flag=value`,
  * boolean flags (`--json`, `--no-fencing`), flags whose value is optional (`--watch [interval]`),
  * positionals anywhere among the flags, and `--` ending pgfence's own arguments (what follows is
  * returned untouched, e.g. the child command of `pgfence run`). Every mistake is a UsageError.
  */
 
+import { parseArgs as tokenize } from 'node:util';
+import { MAX_DURATION_MS } from '../options.js';
 import { EXIT } from './exit-codes.js';
 import { didYouMean } from './suggest.js';
 
@@ -50,41 +52,46 @@ export function parseArgs(argv: readonly string[], specs: Record<string, FlagSpe
   const flags: Record<string, FlagValue | undefined> = {};
   const positionals: string[] = [];
   const shorts = new Map(Object.entries(specs).flatMap(([name, s]) => (s.short ? [[s.short, name] as const] : [])));
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]!;
-    if (arg === '--') return { flags, positionals, rest: argv.slice(i + 1) };
-    if (arg.startsWith('--')) {
-      const eq = arg.indexOf('=');
-      const name = eq === -1 ? arg.slice(2) : arg.slice(2, eq);
-      const inline = eq === -1 ? undefined : arg.slice(eq + 1);
-      const spec = specs[name];
-      if (!spec) throw new UsageError(`unknown option --${name}${didYouMean(name, Object.keys(specs), (c) => `--${c}`)}`);
-      if (name in flags) throw new UsageError(`--${name} was given more than once`);
-      if (spec.type === 'boolean') {
-        flags[name] = inline === undefined ? true : parseBoolean(name, inline);
-      } else if (spec.type === 'optional-duration') {
-        const next = argv[i + 1];
-        if (inline !== undefined) flags[name] = checkDuration(name, inline, spec);
-        else if (next !== undefined && looksLikeDuration(next)) {
-          flags[name] = checkDuration(name, next, spec);
-          i++;
-        } else flags[name] = true;
-      } else {
-        let value = inline;
-        if (value === undefined) {
-          value = argv[i + 1];
-          if (value === undefined || value === '--') throw new UsageError(`--${name} needs a value`);
-          i++;
-        }
-        flags[name] = parseValue(name, value, spec);
-      }
-    } else if (arg.startsWith('-') && arg.length > 1) {
-      const name = shorts.get(arg.slice(1));
+  // Non-strict: the checks and their messages are pgfence's own, below. An optional duration is a
+  // boolean to parseArgs; its value, when the next argument is one, is taken here.
+  const options = Object.fromEntries(
+    Object.entries(specs).map(([name, s]) => [name, { type: s.type === 'boolean' || s.type === 'optional-duration' ? 'boolean' : 'string' } as const]),
+  );
+  const { tokens } = tokenize({ args: [...argv], options, strict: false, allowPositionals: true, tokens: true });
+  let consumed = -1; // the index of an argument taken as an optional duration's value
+  for (const token of tokens) {
+    if (token.index === consumed) continue;
+    if (token.kind === 'option-terminator') return { flags, positionals, rest: argv.slice(token.index + 1) };
+    if (token.kind === 'positional') {
+      positionals.push(token.value);
+      continue;
+    }
+    const arg = argv[token.index]!;
+    if (!token.rawName.startsWith('--')) {
+      // One short boolean flag per argument: no groups (-qh), no values (-d x).
+      const name = token.rawName === arg ? shorts.get(arg.slice(1)) : undefined;
       if (name === undefined) throw new UsageError(`unknown option ${arg}`);
       if (specs[name]!.type !== 'boolean') throw new UsageError(`use --${name} <value> rather than ${arg}`);
       flags[name] = true;
+      continue;
+    }
+    const name = token.name;
+    const spec = Object.hasOwn(specs, name) ? specs[name] : undefined;
+    if (!spec) throw new UsageError(`unknown option --${name}${didYouMean(name, Object.keys(specs), (c) => `--${c}`)}`);
+    if (name in flags) throw new UsageError(`--${name} was given more than once`);
+    const inline = token.inlineValue ? token.value : undefined;
+    if (spec.type === 'boolean') {
+      flags[name] = inline === undefined ? true : parseBoolean(name, inline);
+    } else if (spec.type === 'optional-duration') {
+      const next = argv[token.index + 1];
+      if (inline !== undefined) flags[name] = checkDuration(name, inline, spec);
+      else if (next !== undefined && looksLikeDuration(next)) {
+        flags[name] = checkDuration(name, next, spec);
+        consumed = token.index + 1;
+      } else flags[name] = true;
     } else {
-      positionals.push(arg);
+      if (token.value === undefined || (!token.inlineValue && token.value === '--')) throw new UsageError(`--${name} needs a value`);
+      flags[name] = parseValue(name, token.value, spec);
     }
   }
   return { flags, positionals, rest: null };
@@ -110,9 +117,6 @@ function parseValue(name: string, value: string, spec: FlagSpec): FlagValue {
   if (value === '') throw new UsageError(`--${name} must not be empty`);
   return value;
 }
-
-/** The longest duration accepted: about a year (the library's own bound). */
-export const MAX_DURATION_MS = 365 * 24 * 3600 * 1000;
 
 const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 /**

@@ -17,12 +17,13 @@ import { constants, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import type pg from 'pg';
 import { migrate } from '../index.js';
+import { within } from '../core/signals.js';
+import { EmbeddedPostgresMissingError, startEmbeddedPostgres, type EmbeddedServer } from '../embedded/embedded-postgres.js';
 import { runCommand } from './command.js';
 import { redactUrl } from './database.js';
 import { demoArgs, demoSpec, type DemoArgs } from './demo/args.js';
 import { EXIT } from './exit-codes.js';
 import { errorText } from './format.js';
-import { EmbeddedPostgresMissingError, startEmbeddedPostgres, type EmbeddedServer } from './demo/embedded.js';
 import { colourWanted, makeStyle, rel, WIDTH, wrap, type Style } from './demo/output.js';
 import { Scenario, type Narrator, type Tone } from './demo/scenario.js';
 import { renderSummary, summarize } from './demo/summary.js';
@@ -256,8 +257,7 @@ class Demo implements Narrator {
 
   private async cleanup(): Promise<void> {
     this.flush(true);
-    const bounded = (p: Promise<unknown> | undefined, ms: number) =>
-      p ? Promise.race([p.catch(() => {}), new Promise((r) => setTimeout(r, ms).unref())]) : Promise.resolve();
+    const bounded = (p: Promise<unknown> | undefined, ms: number) => (p ? within(p.catch(() => {}), ms) : Promise.resolve());
     await bounded(this.scenario?.shutdown(), 8000);
     await bounded(this.client?.end(), 3000);
     await rm(this.wakeFile, { force: true }).catch(() => {});
@@ -273,7 +273,7 @@ class Demo implements Narrator {
     this.serverStopped = true;
     await this.client?.end().catch(() => {});
     this.client = null;
-    await Promise.race([this.server.stop().catch(() => {}), new Promise((r) => setTimeout(r, 15_000).unref())]);
+    await within(this.server.stop().catch(() => {}), 15_000);
     const left = existsSync(this.server.dir);
     this.say(Date.now(), 'demo', left ? `PostgreSQL stopped; could not remove ${this.server.dir}.` : 'PostgreSQL stopped, its temporary directory removed.');
   }

@@ -1,4 +1,4 @@
-/** Output helpers shared by the subcommands: tables, durations, JSON, error text. */
+/** Output helpers shared by the subcommands: tables, durations, error text. */
 
 /** A plain text table: a header, a rule, rows; columns padded to their widest cell. */
 export function table(header: string[], rows: string[][], opts: { alignRight?: number[] } = {}): string {
@@ -34,11 +34,6 @@ export function ago(ms: number, lowerBound = false): string {
 /** Shortens text to `max` characters with an ellipsis. */
 export function clip(text: string, max: number): string {
   return text.length > max ? `${text.slice(0, max - 3)}...` : text;
-}
-
-/** JSON with bigints as strings (dates become ISO strings through their toJSON). */
-export function toJson(value: unknown, indent?: number): string {
-  return JSON.stringify(value, (_key, v: unknown) => (typeof v === 'bigint' ? v.toString() : v), indent);
 }
 
 /** An error's message and, when it has one, its code (pgfence's PGFENCE_*, PostgreSQL's SQLSTATE, Node's E*). */

@@ -8,7 +8,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { constants, hostname } from 'node:os';
 import { existsSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
-import type { LockHandle } from '../advisory/handle.js';
+import type { LockHandle } from '../core/handle.js';
+import { TIMED_OUT, within } from '../core/signals.js';
 import { LockLostError, LockTimeoutError, LockUnavailableError, PgfenceError } from '../errors.js';
 import { lockKey } from '../keys.js';
 import { createLocker, type Locker } from '../locker.js';
@@ -319,18 +320,11 @@ function lossText(reason: unknown): string {
 
 /** Gives the lock back and ends every connection; bounded, so a dead database cannot hang the exit. */
 async function releaseAndClose(locker: Locker, handle: LockHandle | null): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  const bound = new Promise<'timeout'>((resolve) => {
-    timer = setTimeout(() => resolve('timeout'), 10_000);
-  });
   const done = (async () => {
     await handle?.release().catch(() => false);
     await locker.close().catch(() => {});
-    return 'closed' as const;
   })();
-  const result = await Promise.race([done, bound]);
-  clearTimeout(timer);
-  if (result === 'timeout') {
+  if ((await within(done, 10_000)) === TIMED_OUT) {
     say('could not close the database connections within 10s; exiting anyway');
     setTimeout(() => process.exit(), 1000).unref();
   }

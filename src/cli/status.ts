@@ -12,7 +12,9 @@ import { booleanFlag, formatMs, numberFlag, type ParsedArgs } from './args.js';
 import { noPositionals, runCommand, type CommandSpec } from './command.js';
 import { databaseFlag, databaseHelp, databaseUrl, withApplicationName } from './database.js';
 import { EXIT } from './exit-codes.js';
-import { ago, clip, errorText, shortDuration, table, toJson } from './format.js';
+import { toJson } from '../core/json.js';
+import { sleep } from '../core/signals.js';
+import { ago, clip, errorText, shortDuration, table } from './format.js';
 
 const DEFAULT_INTERVAL_MS = 2000;
 
@@ -116,19 +118,6 @@ async function watch(pool: pg.Pool, args: ParsedArgs, connection: Pinning): Prom
     for (const s of signals) process.removeListener(s, onSignal);
   }
   return EXIT.OK;
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal.aborted) return resolve();
-    const done = () => {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal.addEventListener('abort', done, { once: true });
-  });
 }
 
 const LOWER_BOUND = new Set<LockEntry['sinceIs']>(['transaction', 'session']);

@@ -1,6 +1,7 @@
+import type { SqlExecutor } from '../core/sql-executor.js';
 import { InvalidArgumentError } from '../errors.js';
 import { optionKeys, optionsObject } from '../options.js';
-import { guardedTarget, type GuardedCounts } from './fenced-update.js';
+import { guardedTarget, staleFromTrigger, type GuardedCounts } from './fenced-update.js';
 
 export interface FencedClaimSpec {
   /** `table` or `schema.table` (plain identifiers, case kept). */
@@ -55,6 +56,16 @@ export function fencedClaimQuery(spec: FencedClaimSpec): { text: string; values:
 SELECT c.*, (SELECT count(*) FROM "pgfence claimed")::int AS "${META.written}", s.matched AS "${META.matched}", s.current AS "${META.current}"
 FROM "pgfence seen" s LEFT JOIN "pgfence claimed" c ON true`;
   return { text, values: t.values };
+}
+
+/** Runs a claim (fencedClaim of either driver): validates the spec, then one statement. */
+export async function fencedClaimWith<Row>(db: SqlExecutor, spec: FencedClaimSpec): Promise<FencedClaimResult<Row>> {
+  const { text, values } = fencedClaimQuery(spec);
+  try {
+    return fencedClaimResult<Row>(await db.query<Record<string, unknown>>(text, values));
+  } catch (err) {
+    throw staleFromTrigger(err, spec.token);
+  }
 }
 
 export function fencedClaimResult<Row>(rows: Record<string, unknown>[]): FencedClaimResult<Row> {

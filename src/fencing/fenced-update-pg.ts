@@ -1,29 +1,14 @@
 import type pg from 'pg';
-import { InvalidArgumentError } from '../errors.js';
-import { describeType } from '../keys.js';
-import { fencedClaimQuery, fencedClaimResult, type FencedClaimResult, type FencedClaimSpec } from './fenced-claim.js';
-import {
-  fencedUpdateQuery,
-  fencedUpdateResult,
-  staleFromTrigger,
-  type FencedUpdateResult,
-  type FencedUpdateSpec,
-  type GuardedCounts,
-} from './fenced-update.js';
+import { pgSqlExecutor } from '../core/sql-executor.js';
+import { fencedClaimWith, type FencedClaimResult, type FencedClaimSpec } from './fenced-claim.js';
+import { fencedUpdateWith, type FencedUpdateResult, type FencedUpdateSpec } from './fenced-update.js';
 
 /**
  * A guarded UPDATE through node-postgres (a client, a pool client or a pool): applied only where the
  * row's fencing token is not newer than `token`. Resolves with the rows written and refused, and why.
  */
 export async function fencedUpdate(client: pg.ClientBase | pg.Pool, spec: FencedUpdateSpec): Promise<FencedUpdateResult> {
-  checkClient(client);
-  const { text, values } = fencedUpdateQuery(spec);
-  try {
-    const { rows } = await client.query<GuardedCounts>(text, values);
-    return fencedUpdateResult(rows[0]!);
-  } catch (err) {
-    throw staleFromTrigger(err, spec.token);
-  }
+  return fencedUpdateWith(pgSqlExecutor(client), spec);
 }
 
 /**
@@ -35,18 +20,5 @@ export async function fencedClaim<Row extends Record<string, unknown> = Record<s
   client: pg.ClientBase | pg.Pool,
   spec: FencedClaimSpec,
 ): Promise<FencedClaimResult<Row>> {
-  checkClient(client);
-  const { text, values } = fencedClaimQuery(spec);
-  try {
-    const { rows } = await client.query<Record<string, unknown>>(text, values);
-    return fencedClaimResult<Row>(rows);
-  } catch (err) {
-    throw staleFromTrigger(err, spec.token);
-  }
-}
-
-function checkClient(client: unknown): void {
-  if (typeof client !== 'object' || client === null || typeof (client as { query?: unknown }).query !== 'function') {
-    throw new InvalidArgumentError('client', `expected a node-postgres client or pool, got ${describeType(client)}`);
-  }
+  return fencedClaimWith<Row>(pgSqlExecutor(client), spec);
 }

@@ -1,3 +1,5 @@
+import type { SqlExecutor } from '../core/sql-executor.js';
+import { sqlState, SQLSTATE } from '../core/sqlstate.js';
 import { InvalidArgumentError, StaleTokenError } from '../errors.js';
 import { describeType } from '../keys.js';
 import { optionKeys, optionsObject } from '../options.js';
@@ -104,6 +106,17 @@ export interface GuardedCounts {
   current: string | null;
 }
 
+/** Runs a guarded UPDATE (fencedUpdate of either driver): validates the spec, then one statement. */
+export async function fencedUpdateWith(db: SqlExecutor, spec: FencedUpdateSpec): Promise<FencedUpdateResult> {
+  const { text, values } = fencedUpdateQuery(spec);
+  try {
+    const [row] = await db.query<GuardedCounts>(text, values);
+    return fencedUpdateResult(row!);
+  } catch (err) {
+    throw staleFromTrigger(err, spec.token);
+  }
+}
+
 export function fencedUpdateResult(row: GuardedCounts): FencedUpdateResult {
   const written = row.written;
   // Never below 0: a row the UPDATE could write was in its snapshot, hence counted as matched.
@@ -136,7 +149,7 @@ export function entriesOf(value: unknown, argument: string, allowEmpty: boolean)
 
 /** Converts a trigger refusal (SQLSTATE PGF01) into a StaleTokenError; other errors pass through. */
 export function staleFromTrigger(err: unknown, token: bigint): unknown {
-  if ((err as { code?: unknown } | null)?.code !== 'PGF01') return err;
+  if (sqlState(err) !== SQLSTATE.staleToken) return err;
   const e = new StaleTokenError(token, undefined, (err as Error).message);
   (e as { cause?: unknown }).cause = err;
   return e;

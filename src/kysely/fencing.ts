@@ -1,20 +1,12 @@
-import { CompiledQuery, sql, type Kysely, type UpdateQueryBuilder } from 'kysely';
+import { sql, type UpdateQueryBuilder } from 'kysely';
 import { InvalidArgumentError } from '../errors.js';
 import { describeType } from '../keys.js';
 import { optionKeys, optionsObject } from '../options.js';
-import {
-  checkToken,
-  DEFAULT_FENCING_COLUMN,
-  fencedUpdateQuery,
-  fencedUpdateResult,
-  staleFromTrigger,
-  type FencedUpdateResult,
-  type FencedUpdateSpec,
-  type GuardedCounts,
-} from '../fencing/fenced-update.js';
-import { fencedClaimQuery, fencedClaimResult, type FencedClaimResult, type FencedClaimSpec } from '../fencing/fenced-claim.js';
+import { checkToken, DEFAULT_FENCING_COLUMN, fencedUpdateWith, type FencedUpdateResult, type FencedUpdateSpec } from '../fencing/fenced-update.js';
+import { fencedClaimWith, type FencedClaimResult, type FencedClaimSpec } from '../fencing/fenced-claim.js';
 import { fencingColumnSql, type FencingColumnOptions } from '../fencing/fencing-column.js';
 import { bareIdentifier, quoteColumn } from '../fencing/identifiers.js';
+import { kyselySqlExecutor, type AnyKysely } from './sql-executor.js';
 
 /**
  * Adds the fencing guard to a Kysely update: it writes `token` into the fencing column and applies
@@ -40,18 +32,9 @@ export function fenced<DB, UT extends keyof DB, TB extends keyof DB, O>(
     .where(() => sql<boolean>`(${ref} IS NULL OR ${ref} <= ${token})`);
 }
 
-type AnyKysely = Kysely<any>;
-
 /** fencedUpdate for Kysely (a Kysely instance or a transaction): same spec and result as the root export's. */
 export async function fencedUpdate(db: AnyKysely, spec: FencedUpdateSpec): Promise<FencedUpdateResult> {
-  checkDb(db);
-  const { text, values } = fencedUpdateQuery(spec);
-  try {
-    const { rows } = await db.executeQuery<GuardedCounts>(CompiledQuery.raw(text, values));
-    return fencedUpdateResult(rows[0]!);
-  } catch (err) {
-    throw staleFromTrigger(err, spec.token);
-  }
+  return fencedUpdateWith(kyselySqlExecutor(db), spec);
 }
 
 /**
@@ -69,20 +52,7 @@ export async function fencedClaim<Row extends Record<string, unknown> = Record<s
   db: AnyKysely,
   spec: FencedClaimSpec,
 ): Promise<FencedClaimResult<Row>> {
-  checkDb(db);
-  const { text, values } = fencedClaimQuery(spec);
-  try {
-    const { rows } = await db.executeQuery<Record<string, unknown>>(CompiledQuery.raw(text, values));
-    return fencedClaimResult<Row>(rows);
-  } catch (err) {
-    throw staleFromTrigger(err, spec.token);
-  }
-}
-
-function checkDb(db: unknown): void {
-  if (typeof db !== 'object' || db === null || typeof (db as { executeQuery?: unknown }).executeQuery !== 'function') {
-    throw new InvalidArgumentError('db', `expected a Kysely instance or transaction, got ${describeType(db)}`);
-  }
+  return fencedClaimWith<Row>(kyselySqlExecutor(db), spec);
 }
 
 /**
@@ -91,10 +61,7 @@ function checkDb(db: unknown): void {
  */
 export async function addFencingColumn(db: AnyKysely, table: string, opts?: FencingColumnOptions): Promise<void> {
   const text = fencingColumnSql(table, opts);
-  if (typeof db !== 'object' || db === null || typeof (db as { executeQuery?: unknown }).executeQuery !== 'function') {
-    throw new InvalidArgumentError('db', `expected a Kysely instance or transaction, got ${describeType(db)}`);
-  }
-  await sql.raw(text).execute(db);
+  await kyselySqlExecutor(db).script(text);
 }
 
 const FENCED_OPTION_KEYS = optionKeys<{ column?: string }>({ column: true });

@@ -1,6 +1,6 @@
-import { CompiledQuery, type Kysely, type Transaction } from 'kysely';
-import { InvalidArgumentError } from '../errors.js';
-import { describeType, type LockName } from '../keys.js';
+import type { Kysely, Transaction } from 'kysely';
+import type { LockName } from '../keys.js';
+import { kyselySqlExecutor } from './sql-executor.js';
 import {
   tryXactLockWith,
   xactLockWith,
@@ -18,29 +18,19 @@ export type { FencedXactLockOptions, FencedXactLockResult, XactLockOptions, Xact
 type AnyTransaction = Transaction<any> | Kysely<any>;
 
 function kyselyExecutor(trx: AnyTransaction): XactExecutor {
-  if (typeof trx !== 'object' || trx === null || typeof (trx as { executeQuery?: unknown }).executeQuery !== 'function') {
-    throw new InvalidArgumentError('trx', `expected a Kysely transaction, got ${describeType(trx)}`);
-  }
+  const sql = kyselySqlExecutor(trx, 'trx', 'a Kysely transaction');
   return {
+    ...sql,
     // Kysely makes a new Transaction object per transaction.
     identity: trx,
-    scriptResults: false,
     perTransaction: true,
     status: () => (trx.isTransaction ? 'active' : 'idle'),
-    async query<R>(text: string, values: unknown[]) {
-      return (await trx.executeQuery(CompiledQuery.raw(text, values))).rows as R[];
-    },
-    async script(text: string) {
-      // Kysely's driver reports no rows for a multi-statement query; the caller needs none.
-      await trx.executeQuery(CompiledQuery.raw(text, []));
-      return null;
-    },
     abandonAdvice:
       'the transaction is doomed (every later statement in it fails): let the error leave the transaction callback so Kysely rolls it back, and retry',
     abandon() {
       // The connection is Kysely's, not ours to end: queue, right behind the unanswered statement, one
       // that fails, so whatever the caller sends next is refused (25P02) until the rollback.
-      trx.executeQuery(CompiledQuery.raw(doomTransactionSql, [])).catch(() => {});
+      sql.script(doomTransactionSql).catch(() => {});
     },
   };
 }

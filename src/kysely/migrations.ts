@@ -1,4 +1,4 @@
-import { CompiledQuery, type Kysely } from 'kysely';
+import type { SqlExecutor } from '../core/sql-executor.js';
 import { planDefinitionMigrations, readDefinitionLog } from '../migrate/definition-sets.js';
 import { readMigrationSet, type MigrationFile, type MigrationFolders, type MigrationSet } from '../migrate/files.js';
 import {
@@ -9,13 +9,10 @@ import {
   assertNoEditedMigrations,
   changedDefinitions,
   ensureHistoryTables,
-  type SqlExecutor,
 } from '../migrate/history.js';
 import { lockMigrationsForTransaction, MIGRATION_LOCK_TIMEOUT_MS } from '../migrate/lock.js';
 import { packageFolders } from '../migrate/package-folders.js';
-
-// Kysely's own Migration type takes a Kysely<any>.
-type AnyKysely = Kysely<any>;
+import { kyselySqlExecutor, type AnyKysely } from './sql-executor.js';
 
 /**
  * Kysely's `Migration`, declared here: kysely 0.28 exports its type from 'kysely', 0.29 only from
@@ -105,21 +102,10 @@ async function upDefinitions(sql: SqlExecutor, files: MigrationSet): Promise<voi
 /** Runs `work` in a transaction (Kysely's, or one of its own) that holds the migration lock. */
 async function underMigrationLock(db: AnyKysely, work: (sql: SqlExecutor) => Promise<void>): Promise<void> {
   const locked = async (trx: AnyKysely) => {
-    const sql = kyselyExecutor(trx);
+    const sql = kyselySqlExecutor(trx);
     await lockMigrationsForTransaction(sql, MIGRATION_LOCK_TIMEOUT_MS);
     await work(sql);
   };
   if (db.isTransaction) await locked(db);
   else await db.transaction().execute(locked);
-}
-
-function kyselyExecutor(db: AnyKysely): SqlExecutor {
-  return {
-    async query<R>(text: string, values: unknown[]) {
-      return (await db.executeQuery(CompiledQuery.raw(text, values))).rows as R[];
-    },
-    async script(text: string) {
-      await db.executeQuery(CompiledQuery.raw(text, []));
-    },
-  };
 }

@@ -1,10 +1,14 @@
+import { anySignal } from '../core/signals.js';
 import { EventEmitter } from 'node:events';
-import type { LockHandle } from '../advisory/handle.js';
-import { LockerClosedError, PgfenceError, type LockLostError, type LockLostReason } from '../errors.js';
-import { internalKey, type LockTarget } from '../keys.js';
+import type { LockerContext } from '../core/context.js';
+import type { LockHandle } from '../core/handle.js';
+import type { LockLostReason } from '../core/vocabulary.js';
+import { InvalidArgumentError, LockerClosedError, PgfenceError, type LockLostError } from '../errors.js';
+import { internalKey, type LockName, type LockTarget } from '../keys.js';
 import { abortSignal, optionKeys, optionsObject } from '../options.js';
 import type { Logger } from '../observe/logger.js';
 import type { LeaseHandle } from './lease-manager.js';
+import { LEADER_OPTION_KEYS, leaseRequest, type LeaseOptions } from './lease-options.js';
 
 /** What a leader election needs from its locker. */
 export interface LeaderCampaignPorts {
@@ -60,6 +64,35 @@ export interface LeaderElection extends EventEmitter<LeaderEvents> {
 }
 
 const RETRY_MS = 250;
+
+/** What a locker.leader() campaign takes from its locker: its leases, and the session lock that guards a term. */
+export interface LeaderLocks {
+  lease(opts: LeaseOptions): Promise<LeaseHandle>;
+  guard: LeaderCampaignPorts['guard'];
+}
+
+/** locker.leader(): its options checked before any I/O, then a campaign started. */
+export function startCampaign(
+  ctx: LockerContext,
+  name: LockName,
+  opts: Omit<LeaseOptions, 'timeoutMs' | 'allowNested'> | undefined,
+  locks: LeaderLocks,
+): LeaderCampaign {
+  const o = optionsObject<LeaseOptions>(opts, 'leader options', LEADER_OPTION_KEYS);
+  if (o.timeoutMs !== undefined) throw new InvalidArgumentError('timeoutMs', 'a candidate campaigns until it resigns; use whenElected({ signal })');
+  const template = leaseRequest(ctx, name, { ...o, timeoutMs: Infinity, allowNested: true }, 'leader');
+  if (ctx.refusal) throw ctx.refusal; // its guard is a session lock
+  ctx.checkOpen();
+  const campaign = new LeaderCampaign(template.target, {
+    // A campaign may start inside a lock callback: its own locks are not nested in it.
+    lease: (signal) => locks.lease({ ...o, timeoutMs: Infinity, allowNested: true, signal: anySignal(signal, template.signal) }),
+    guard: locks.guard,
+    logger: ctx.logger,
+  });
+  template.signal?.addEventListener('abort', () => void campaign.resign(), { once: true });
+  return campaign;
+}
+
 
 export class LeaderCampaign extends EventEmitter<LeaderEvents> implements LeaderElection {
   /** Why the campaign ended by itself (it cannot run here), for whenElected(). */

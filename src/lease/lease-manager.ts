@@ -1,18 +1,13 @@
-import {
-  LockLostError,
-  LockUnavailableError,
-  PgfenceError,
-  schemaMissingError,
-  type LockLostReason,
-} from '../errors.js';
+import type { LockLostReason } from '../core/vocabulary.js';
+import { LockLostError, LockUnavailableError, PgfenceError, schemaMissingError } from '../errors.js';
 import type { LockTarget } from '../keys.js';
 import type { Observer } from '../observe/observer.js';
-import { setLongTimeout } from '../options.js';
+import { setLongTimeout } from '../core/signals.js';
 import type { ConnectionSource } from '../session/connection-source.js';
 import type { ReleaseListener } from '../session/listener.js';
 import type { Session } from '../session/session.js';
 import type { SessionPool } from '../session/session-pool.js';
-import { BaseHandle, type LockHandle } from '../advisory/handle.js';
+import { BaseHandle, type LockHandle } from '../core/handle.js';
 import { closedError, WaitLines, type Attempt } from '../advisory/wait-line.js';
 import { acquireLeaseSql, releaseLeaseSql, renewLeaseSql } from './lease-sql.js';
 

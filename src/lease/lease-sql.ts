@@ -1,4 +1,4 @@
-import { hiOf, loOf, NOTIFY_CHANNEL } from '../session/advisory-sql.js';
+import { notifyIfWaiters } from '../advisory/marker-sql.js';
 
 /**
  * The SQL of leases. Taking a lease is pgfence.lease_acquire (sql/leases.sql): it issues the fencing
@@ -23,7 +23,8 @@ SELECT (SELECT expires_at FROM renewed) AS expires_at,
 /**
  * $1 key, $2 token, $3 min hold ms. Marks the lease released (the row stays: tokens never restart),
  * or, while acquired_at + min hold is still ahead, keeps it until then (at-least-for: its expiry
- * moves there). NOTIFYs only when it frees the lease and another session has announced a waiter.
+ * moves there). NOTIFYs only when it frees the lease and another session has announced a waiter
+ * (notified: 0 = not freed, 1 = none waits, 3 = notified); its commit stays durable (the UPDATE).
  * The same rule as the public pgfence.release_lease (sql/interface.sql), written inline: one plain
  * statement on the Node path.
  */
@@ -36,7 +37,5 @@ export const releaseLeaseSql = `WITH released AS (
   RETURNING l.released_at IS NOT NULL AS freed
 )
 SELECT r.freed IS NOT NULL AS released,
-       CASE WHEN r.freed
-             AND NOT (pg_try_advisory_lock(${hiOf('$1::int8')}, ${loOf('$1::int8')}) AND pg_advisory_unlock(${hiOf('$1::int8')}, ${loOf('$1::int8')}))
-            THEN pg_notify('${NOTIFY_CHANNEL}', $1::int8::text) IS NULL END AS notified
+       ${notifyIfWaiters('$1::int8', { released: '(r.freed IS TRUE)', asyncCommit: false })} AS notified
 FROM (SELECT 1) AS one LEFT JOIN released AS r ON true`;

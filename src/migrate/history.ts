@@ -1,3 +1,4 @@
+import type { SqlExecutor } from '../core/sql-executor.js';
 import { PgfenceError } from '../errors.js';
 import type { DefinitionFile, MigrationFile } from './files.js';
 import {
@@ -9,16 +10,10 @@ import {
   recordMigrationSql,
 } from './migrate-sql.js';
 
-/**
+/*
  * The steps of a run, shared by migrate() (node-postgres) and the Kysely provider. Transactions and
  * the migration lock are the caller's: each step only reads or writes.
  */
-export interface SqlExecutor {
-  /** One parameterised statement. */
-  query<R>(text: string, values: unknown[]): Promise<R[]>;
-  /** A script of any number of statements, without parameters (a migration file). */
-  script(text: string): Promise<void>;
-}
 
 export async function ensureHistoryTables(db: SqlExecutor): Promise<void> {
   const [state] = await db.query<{ ready: boolean }>(historyTablesExistSql, []);
@@ -76,7 +71,7 @@ export async function applyDefinition(db: SqlExecutor, file: DefinitionFile): Pr
 }
 
 /** A file's SQL error, named after the file (PostgreSQL's own error is the cause). */
-async function failingAs(label: string, run: () => Promise<void>): Promise<void> {
+async function failingAs(label: string, run: () => Promise<unknown>): Promise<void> {
   try {
     await run();
   } catch (err) {

@@ -1,7 +1,8 @@
 import { PgfenceError } from '../errors.js';
+import type { SqlExecutor } from '../core/sql-executor.js';
+import { isLockNotAvailable } from '../core/sqlstate.js';
 import { internalKey } from '../keys.js';
-import type { SqlExecutor } from './history.js';
-import { LOCK_NOT_AVAILABLE, lockSessionSql, lockTransactionSql, unlockSessionSql } from './migrate-sql.js';
+import { lockSessionSql, lockTransactionSql, unlockSessionSql } from './migrate-sql.js';
 
 /** The advisory-lock key every pgfence migration run (migrate() and the Kysely provider) takes. */
 export const MIGRATION_LOCK_KEY = internalKey('migrate');
@@ -33,7 +34,7 @@ async function waitingAtMost(timeoutMs: number, wait: () => Promise<unknown>): P
   try {
     await wait();
   } catch (err) {
-    if ((err as { code?: unknown } | null)?.code !== LOCK_NOT_AVAILABLE) throw err;
+    if (!isLockNotAvailable(err)) throw err;
     throw new PgfenceError(
       'PGFENCE_MIGRATION_LOCK_TIMEOUT',
       `another pgfence migration run held the migration lock for more than ${timeoutMs} ms; ` +

@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { pgSqlExecutor, type SqlExecutor } from '../core/sql-executor.js';
 import { LockUnavailableError, PgfenceError } from '../errors.js';
 import { readMigrationSet, type MigrationFolders, type MigrationSet } from './files.js';
 import {
@@ -10,7 +11,6 @@ import {
   changedDefinitions,
   ensureHistoryTables,
   pendingMigrations,
-  type SqlExecutor,
 } from './history.js';
 import { isMigrationLockTimeout, lockMigrationsForSession, MIGRATION_LOCK_TIMEOUT_MS, unlockMigrations } from './lock.js';
 
@@ -49,7 +49,7 @@ export async function runMigrations(opts: {
     connectionFailed = true;
   };
   client.on('error', onError);
-  const db = clientExecutor(client);
+  const db = pgSqlExecutor(client);
   let reusable = false;
   try {
     try {
@@ -110,18 +110,6 @@ async function inTransaction(db: SqlExecutor, work: () => Promise<void>): Promis
     await db.script('ROLLBACK').catch(() => {});
     throw err;
   }
-}
-
-function clientExecutor(client: pg.PoolClient): SqlExecutor {
-  return {
-    async query<R>(text: string, values: unknown[]) {
-      return (await client.query(text, values)).rows as R[];
-    },
-    async script(text: string) {
-      // No parameters: node-postgres sends it as a simple query, which may hold many statements.
-      await client.query(text);
-    },
-  };
 }
 
 function asPgfenceError(err: unknown): PgfenceError {

@@ -1,4 +1,5 @@
-import type { AcquiredEvent, BounceEvent, ContentionEvent, LockEventInfo, LostEvent, ReleasedEvent, TimeoutEvent } from './observer.js';
+import type { LockEventInfo } from '../core/vocabulary.js';
+import type { AcquiredEvent, BounceEvent, ContentionEvent, LostEvent, ReleasedEvent, TimeoutEvent } from './events.js';
 
 /**
  * The part of @opentelemetry/api's Meter that pgfence uses, written out so that the package's

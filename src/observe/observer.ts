@@ -1,44 +1,9 @@
 import type { EventEmitter } from 'node:events';
-import type { LockLostError, LockLostReason } from '../errors.js';
+import type { HeldLockInfo, LockEventInfo, LockLostReason } from '../core/vocabulary.js';
+import type { LockLostError } from '../errors.js';
+import type { AcquiredEvent, BounceEvent, ContentionEvent, LockerEvents, LockerStats, LostEvent, ReleasedEvent, TimeoutEvent } from './events.js';
 import { type Logger, silentLogger } from './logger.js';
-import type { Meter, MeterInstruments } from './metrics.js';
-import { createInstruments } from './metrics.js';
-
-export type LockKind = 'lock' | 'xact' | 'lease' | 'semaphore' | 'leader';
-export type LockMode = 'exclusive' | 'shared';
-
-/** What every lock event carries. */
-export interface LockEventInfo {
-  kind: LockKind;
-  name: string | null;
-  key: bigint;
-  mode: LockMode;
-}
-export interface AcquiredEvent extends LockEventInfo {
-  token: bigint | null;
-  waitMs: number;
-}
-export interface ReleasedEvent extends LockEventInfo {
-  token: bigint | null;
-  holdMs: number;
-}
-export interface TimeoutEvent extends LockEventInfo {
-  waitMs: number;
-}
-export interface LostEvent extends LockEventInfo {
-  token: bigint | null;
-  holdMs: number;
-  reason: LockLostReason;
-  error: LockLostError;
-}
-export type ContentionEvent = LockEventInfo;
-/** A pg-boss job whose key was busy went back to pg-boss (pgfence/pg-boss's KeyBusyError). */
-export interface BounceEvent extends LockEventInfo {
-  queue: string;
-  jobId: string;
-  /** How long the job waited for its key; null when an earlier job of its batch found the key busy. */
-  waitMs: number | null;
-}
+import { createInstruments, type Meter, type MeterInstruments } from './metrics.js';
 
 /**
  * How pgfence/pg-boss reports a bounce through the locker it was given (the locker knows its
@@ -47,34 +12,6 @@ export interface BounceEvent extends LockEventInfo {
 export const reportBounce: unique symbol = Symbol.for('pgfence.reportBounce');
 export interface BounceReporter {
   [reportBounce](name: string, queue: string, jobId: string, waitMs: number | null): void;
-}
-
-/** A locker's events and their payloads (`locker.on('lost', (ev) => ...)` is typed by this). */
-export interface LockerEvents {
-  acquired: [event: AcquiredEvent];
-  released: [event: ReleasedEvent];
-  timeout: [event: TimeoutEvent];
-  lost: [event: LostEvent];
-  contention: [event: ContentionEvent];
-  /** From pgfence/pg-boss: a job went back to pg-boss because its key was busy. */
-  bounce: [event: BounceEvent];
-}
-
-/** Counters since the locker was created, plus what is held and waiting now. */
-export interface LockerStats {
-  acquired: number;
-  released: number;
-  timeouts: number;
-  lost: number;
-  contention: number;
-  held: number;
-  waiting: number;
-  sessions: number;
-}
-
-/** A held lock as the observer sees it (every handle is one). */
-export interface HeldLockInfo extends LockEventInfo {
-  readonly token: bigint | null;
 }
 
 /**

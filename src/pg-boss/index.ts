@@ -8,7 +8,10 @@
 import { InvalidArgumentError, PgfenceError, type FencedLockHandle, type Locker, type LockHandle, type LockLostError } from '../index.js';
 import { reportBounce, type BounceReporter } from '../observe/observer.js';
 import { runHolding } from '../advisory/nesting.js';
-import { optionKeys, optionsObject } from '../options.js';
+import { jsonCompatible } from '../core/json.js';
+import { anySignal, setLongTimeout } from '../core/signals.js';
+import { describeType } from '../keys.js';
+import { booleanOption, callback, durationMs, objectOption, optionKeys, optionsObject } from '../options.js';
 
 /** A job as pg-boss hands it to a worker (with `includeMetadata`, it carries more fields). */
 export interface BossJob<T = object> {
@@ -197,7 +200,7 @@ export async function workWithLock<T = object>(
         // Not nested in any caller's lock: a job is a context of its own, whoever registered the worker.
         { timeoutMs: waitMs, signal: external, fencing, allowNested: true },
       );
-      return { ok: true, value: jsonValue(value) };
+      return { ok: true, value: jsonCompatible(value) };
     } catch (err) {
       let error = err;
       if (!acquired && (err as PgfenceError | null)?.code === 'PGFENCE_LOCK_TIMEOUT') {
@@ -273,57 +276,31 @@ interface CheckedOptions<T> {
 function checkArguments<T>(boss: unknown, locker: unknown, queue: unknown, options: unknown, handler: unknown): CheckedOptions<T> {
   const b = boss as Partial<BossLike> | null;
   if (typeof b !== 'object' || b === null || typeof b.work !== 'function' || typeof b.fail !== 'function') {
-    throw new InvalidArgumentError('boss', `expected a PgBoss instance, got ${describe(boss)}`);
+    throw new InvalidArgumentError('boss', `expected a PgBoss instance, got ${describeType(boss)}`);
   }
   const l = locker as Partial<Locker> | null;
   if (typeof l !== 'object' || l === null || typeof l.withLock !== 'function') {
-    throw new InvalidArgumentError('locker', `expected a locker from createLocker(), got ${describe(locker)}`);
+    throw new InvalidArgumentError('locker', `expected a locker from createLocker(), got ${describeType(locker)}`);
   }
   if (typeof queue !== 'string' || queue === '') {
-    throw new InvalidArgumentError('queue', `expected a queue name, got ${describe(queue)}`);
+    throw new InvalidArgumentError('queue', `expected a queue name, got ${describeType(queue)}`);
   }
   if (options === undefined) throw new InvalidArgumentError('options', 'expected { key: (job) => lock name, ... }, got undefined');
   const o = optionsObject<WorkWithLockOptions<T>>(options, 'options', WORK_WITH_LOCK_OPTION_KEYS as OptionKeysOf<T>);
-  if (typeof o.key !== 'function') throw new InvalidArgumentError('key', `expected a function (job) => lock name, got ${describe(o.key)}`);
-  if (typeof handler !== 'function') throw new InvalidArgumentError('handler', `expected a function (job, lock) => Promise, got ${describe(handler)}`);
-  const waitMs = o.waitMs;
-  if (waitMs !== undefined && (typeof waitMs !== 'number' || Number.isNaN(waitMs) || waitMs < 0 || (waitMs > MAX_WAIT_MS && waitMs !== Infinity))) {
-    throw new InvalidArgumentError('waitMs', `expected milliseconds from 0 to ${MAX_WAIT_MS}, or Infinity, got ${describe(waitMs)}`);
-  }
-  if (o.fencing !== undefined && typeof o.fencing !== 'boolean') {
-    throw new InvalidArgumentError('fencing', `expected true or false, got ${describe(o.fencing)}`);
-  }
-  const workOptions = plainObject(o.workOptions, 'workOptions') as BossWorkOptions;
+  callback(o.key, 'key');
+  callback(handler, 'handler');
+  const waitMs = o.waitMs === undefined ? undefined : durationMs(o.waitMs, 'waitMs', { allowInfinity: true });
+  const fencing = booleanOption(o.fencing, 'fencing', false);
+  const workOptions = objectOption(o.workOptions, 'workOptions') as BossWorkOptions;
   for (const mode of ['perJobResults', 'transactional']) {
     if (workOptions[mode]) {
       throw new InvalidArgumentError(`workOptions.${mode}`, 'workWithLock settles the jobs itself and does not support this pg-boss handler mode');
     }
   }
-  return { key: o.key, waitMs, fencing: o.fencing ?? false, workOptions };
+  return { key: o.key!, waitMs, fencing, workOptions };
 }
 
-const MAX_WAIT_MS = 365 * 24 * 3600 * 1000;
 type OptionKeysOf<T> = readonly (keyof WorkWithLockOptions<T> & string)[];
-
-function plainObject(value: unknown, argument: string): object {
-  if (value === undefined) return {};
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-    throw new InvalidArgumentError(argument, `expected an options object, got ${describe(value)}`);
-  }
-  return value;
-}
-
-function describe(value: unknown): string {
-  if (value === null) return 'null';
-  if (Array.isArray(value)) return 'an array';
-  if (typeof value === 'number') return String(value);
-  return typeof value;
-}
-
-function anySignal(...signals: (AbortSignal | undefined)[]): AbortSignal {
-  const present = signals.filter((s): s is AbortSignal => s !== undefined);
-  return present.length === 1 ? present[0]! : AbortSignal.any(present);
-}
 
 /** When pg-boss handed over a batch, and when it fails the batch as expired (pg-boss 12 times the batch's longest expireInSeconds). */
 interface BatchClock {
@@ -366,12 +343,12 @@ function expiryTimer(job: BossJob<unknown>): { signal: AbortSignal; clear(): voi
   const seconds = Number(job.expireInSeconds);
   if (!Number.isFinite(seconds) || seconds <= 0) return null;
   const controller = new AbortController();
-  const timer = setTimeout(
+  const clear = setLongTimeout(
     () => controller.abort(new JobStoppedError('PGFENCE_JOB_EXPIRED', job.id, `job ${job.id} ran past its expireInSeconds (${seconds} s); pg-boss fails it`)),
-    Math.min(seconds * 1000, 2 ** 31 - 1),
+    seconds * 1000,
+    true,
   );
-  timer.unref();
-  return { signal: controller.signal, clear: () => clearTimeout(timer) };
+  return { signal: controller.signal, clear };
 }
 
 /** One 'stopped' listener per boss (and per start), shared by its workers. */
@@ -386,32 +363,16 @@ function stopSignal(boss: BossLike): AbortSignal | undefined {
   return controller.signal;
 }
 
-/** A value pg-boss can store as JSON (it serialises with JSON.stringify, which throws on bigint). */
-function jsonValue(value: unknown): unknown {
-  if (typeof value === 'bigint') return value.toString();
-  if (typeof value !== 'object' || value === null) return value;
-  try {
-    JSON.stringify(value);
-    return value;
-  } catch {
-    try {
-      return JSON.parse(JSON.stringify(value, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v)));
-    } catch {
-      return String(value);
-    }
-  }
-}
-
 /**
  * An error pg-boss can serialise: pgfence errors carry bigint keys and tokens, and pg-boss 10 fails a
  * job with an unawaited statement whose rejection (on a bigint) would crash the process.
  */
 function jsonError(err: unknown, depth = 0): unknown {
-  if (!(err instanceof Error) || depth > 4) return jsonValue(err);
+  if (!(err instanceof Error) || depth > 4) return jsonCompatible(err);
   let changed = false;
   const fields: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(err)) {
-    fields[k] = jsonValue(v);
+    fields[k] = jsonCompatible(v);
     if (fields[k] !== v) changed = true;
   }
   const hasCause = 'cause' in err;

@@ -1,3 +1,4 @@
+import { withDeadline } from '../core/signals.js';
 import pg from 'pg';
 import { openPool } from './multi-host.js';
 import type { Logger } from '../observe/logger.js';
@@ -120,7 +121,7 @@ export class ConnectionSource {
     };
     if (this.pinning === null || this.refusal) {
       try {
-        await withDeadline(this.checkPinning(client), this.connectTimeoutMs);
+        await withDeadline(this.checkPinning(client), this.connectTimeoutMs, noAnswer(this.connectTimeoutMs));
       } catch (err) {
         conn.destroy();
         throw err;
@@ -132,7 +133,7 @@ export class ConnectionSource {
     }
     if (this.pinnedSettings) {
       try {
-        await withDeadline(this.pinnedSettings.apply(client), this.connectTimeoutMs);
+        await withDeadline(this.pinnedSettings.apply(client), this.connectTimeoutMs, noAnswer(this.connectTimeoutMs));
       } catch (err) {
         conn.destroy();
         throw err;
@@ -147,19 +148,6 @@ export class ConnectionSource {
   }
 }
 
-function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`PostgreSQL did not answer within ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
-}
 
-/** Is this error the end of the connection (rather than a failed statement on a live one)? */
-export function isConnectionError(err: unknown): boolean {
-  if (typeof err !== 'object' || err === null) return true;
-  const e = err as { code?: unknown; severity?: unknown };
-  if (typeof e.severity !== 'string') return true; // socket errors, "Connection terminated", timeouts
-  const code = typeof e.code === 'string' ? e.code : '';
-  return code.startsWith('08') || code.startsWith('57P') || e.severity === 'FATAL' || e.severity === 'PANIC';
-}
+
+const noAnswer = (ms: number) => () => new Error(`PostgreSQL did not answer within ${ms} ms`);

@@ -1,7 +1,10 @@
+import { withDeadline } from '../core/signals.js';
 import type pg from 'pg';
 import type { Logger } from '../observe/logger.js';
-import { NOTIFY_CHANNEL } from './advisory-sql.js';
 import type { ConnectionSource, PinnedConnection } from './connection-source.js';
+
+/** The channel releases NOTIFY when someone waits (the payload is the key); the listener LISTENs on it. */
+export const NOTIFY_CHANNEL = 'pgfence_release';
 
 /**
  * One LISTEN connection per locker, opened the first time something waits. A release that finds
@@ -44,7 +47,7 @@ export class ReleaseListener {
         }
       });
       client.once('end', () => this.fail(conn, new Error('listener connection ended')));
-      await withDeadline(client.query(`LISTEN ${NOTIFY_CHANNEL}`), this.opts.deadlineMs);
+      await withDeadline(client.query(`LISTEN ${NOTIFY_CHANNEL}`), this.opts.deadlineMs, () => new Error(`no answer within ${this.opts.deadlineMs} ms`));
       if (this.closed) {
         conn.destroy();
         return false;
@@ -65,7 +68,7 @@ export class ReleaseListener {
     this.keepaliveTimer = setInterval(() => {
       const conn = this.conn;
       if (!conn) return;
-      withDeadline(conn.client.query('SELECT 1'), this.opts.deadlineMs).catch((err) => this.fail(conn, err));
+      withDeadline(conn.client.query('SELECT 1'), this.opts.deadlineMs, () => new Error(`no answer within ${this.opts.deadlineMs} ms`)).catch((err) => this.fail(conn, err));
     }, this.opts.keepaliveMs);
     this.keepaliveTimer.unref();
   }
@@ -89,18 +92,3 @@ export class ReleaseListener {
   }
 }
 
-function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
-    promise.then(
-      (v) => {
-        clearTimeout(timer);
-        resolve(v);
-      },
-      (e) => {
-        clearTimeout(timer);
-        reject(e);
-      },
-    );
-  });
-}

@@ -1,6 +1,7 @@
 import { LockerClosedError } from '../errors.js';
 import type { Logger } from '../observe/logger.js';
 import type { ConnectionSource } from './connection-source.js';
+import type { OpStatements } from './op-statements.js';
 import { Session } from './session.js';
 
 /**
@@ -39,7 +40,8 @@ export class SessionPool {
 
   constructor(
     private readonly source: ConnectionSource,
-    private readonly opts: { size: number; keepaliveMs: number; deadlineMs: number; logger: Logger },
+    /** `statements`: what the sessions run (the owner's operations; see OpStatements). */
+    private readonly opts: { size: number; keepaliveMs: number; deadlineMs: number; logger: Logger; statements: OpStatements },
     private readonly onLost: (session: Session, err: Error) => void,
   ) {
     this.slots = new Array<Session | null>(opts.size).fill(null);
@@ -143,6 +145,7 @@ export class SessionPool {
       keepaliveMs: this.opts.keepaliveMs,
       deadlineMs: this.opts.deadlineMs,
       logger: this.opts.logger,
+      statements: this.opts.statements,
       onLost: this.onLost,
     });
   }

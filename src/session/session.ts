@@ -1,18 +1,10 @@
 import type pg from 'pg';
-import { LockUnavailableError, schemaMissingError } from '../errors.js';
+import { LockUnavailableError } from '../errors.js';
 import type { Logger } from '../observe/logger.js';
-import {
-  guardedLockSql,
-  heldBySessionSql,
-  type LockStatements,
-  Op,
-  type OpCode,
-  plainLockSql,
-  probeSql,
-  sessionSetupSql,
-} from './advisory-sql.js';
-import { type ConnectionSource, isConnectionError, type PinnedConnection } from './connection-source.js';
-import { undoBatchSql } from './undo-sql.js';
+import { isConnectionLost } from '../core/sqlstate.js';
+import type { ConnectionSource, PinnedConnection } from './connection-source.js';
+import type { OpStatements } from './op-statements.js';
+import { isSchemaGone, statementFailure, undoFailedBatch } from './reconcile.js';
 
 /** Thrown to the callers of operations that were queued on, or in flight over, a session that died. */
 export class SessionLostError extends LockUnavailableError {
@@ -31,9 +23,30 @@ interface PendingOp {
    * A statement of its own (semaphores, blocking waits), sent alone in order with the batches. Its text
    * may depend on whether the session is guarded (see `guarded`), known only once it has connected.
    */
-  statement: { text: StatementText; values: unknown[]; done(rows: unknown[]): void; deadlineMs?: number } | undefined;
+  statement?: { text: StatementText; values: unknown[]; done(rows: unknown[]): void; deadlineMs?: number };
 }
+/** The code of a probe, and of a statement of its own: not an operation of the statement set. */
 const PROBE = 0;
+const noop = () => {};
+/** A probe (no statement), or a statement of its own whose caller needs no callbacks. */
+const internalOp = (statement?: PendingOp['statement']): PendingOp => ({
+  code: PROBE,
+  key: 0n,
+  fenced: false,
+  resolve: noop,
+  reject: noop,
+  statement,
+});
+/** An operation of the statement set (not a probe, not a statement of its own). */
+type LockOp = PendingOp & { code: OpCode };
+/** A row of an operation statement: its place in the batch (batches only), result, and token (fenced only). */
+type OpRow = { i?: number; r: number; token?: string | null };
+const tokenOf = (row: OpRow) => (row.token == null ? null : BigInt(row.token));
+
+/** An operation code of the session's statement set (OpStatements): the session does not know what it means. */
+export type OpCode = number;
+
+export const probeSql = { name: 'pgfence_probe', text: 'SELECT 1' };
 
 /** A statement's text, or a prepared statement (name and text), possibly per flavour (guarded or not). */
 export type StatementText = string | PreparedText | ((guarded: boolean) => string | PreparedText);
@@ -54,6 +67,8 @@ export interface SessionOptions {
   /** Client-side deadline of every statement on the session, probes included. */
   deadlineMs: number;
   logger: Logger;
+  /** What the session runs: its owner's operations. */
+  statements: OpStatements;
   onLost(session: Session, err: Error): void;
 }
 
@@ -69,9 +84,10 @@ export class Session {
   /** Why the session died (set once, with state 'dead'). */
   deathCause: Error | null = null;
   /**
-   * pgfence's schema is present: its lock tries give way to live leases of the same key (a name is one
-   * lock whatever its kind). Found out by the first statement after connecting; a session without it
-   * looks again every keepaliveMs (the schema may be migrated meanwhile), never per acquire.
+   * The flavour of statements the session runs, as the setup statement answered (for session locks:
+   * pgfence's schema is present, so tries give way to live leases of the same key). Found out by the
+   * first statement after connecting; an unguarded session asks again every keepaliveMs (the schema
+   * may be migrated meanwhile), never per acquire.
    */
   guarded = false;
   /** performance.now() when the session last looked for the schema. */
@@ -101,22 +117,52 @@ export class Session {
    * microtask less per statement). Exactly one of them is called, never synchronously.
    */
   submit(code: OpCode, key: bigint, resolve: (result: number) => void, reject: (err: Error) => void): void {
-    if (this.state === 'dead') {
-      const err = this.lostError();
-      queueMicrotask(() => reject(err));
-      return;
-    }
-    this.pending.push({ code, key, fenced: false, resolve, reject, statement: undefined });
-    this.scheduleFlush();
+    this.enqueue({ code, key, fenced: false, resolve, reject });
   }
 
   /** Queues one operation; resolves with its result code. */
   run(code: OpCode, key: bigint): Promise<number> {
+    return new Promise((resolve, reject) => this.enqueue({ code, key, fenced: false, resolve, reject }));
+  }
+
+  /** Queues a try that issues a fencing token when it grants; resolves with the result code and token. */
+  runFenced(code: OpCode, key: bigint): Promise<{ result: number; token: bigint | null }> {
+    return new Promise((resolve, reject) =>
+      this.enqueue({ code, key, fenced: true, resolve: (result, token) => resolve({ result, token }), reject }),
+    );
+  }
+
+  /**
+   * Queues a statement of its own on this session, in order with the operations around it. It must
+   * not block, and a failure must leave no lock taken (the batch reconciliation does not cover it).
+   */
+  statement<R>(text: StatementText, values: unknown[], opts: { deadlineMs?: number; withdraw?: AbortSignal } = {}): Promise<R[]> {
     return new Promise((resolve, reject) => {
-      if (this.state === 'dead') return reject(this.lostError());
-      this.pending.push({ code, key, fenced: false, resolve, reject, statement: undefined });
-      this.scheduleFlush();
+      const { withdraw } = opts;
+      // `withdraw` takes the statement back while it has not been sent (a cancel cannot reach it yet).
+      const onWithdraw = () => {
+        const i = this.pending.indexOf(op);
+        if (i < 0) return; // sent already: only a server-side cancel reaches it now
+        this.pending.splice(i, 1);
+        reject(Object.assign(new Error('the statement was withdrawn before it was sent'), { code: WITHDRAWN }));
+      };
+      const unlisten = () => withdraw?.removeEventListener('abort', onWithdraw);
+      const op = internalOp({ text, values, done: (rows) => (unlisten(), resolve(rows as R[])), deadlineMs: opts.deadlineMs });
+      op.reject = (err) => (unlisten(), reject(err));
+      if (this.enqueue(op)) withdraw?.addEventListener('abort', onWithdraw, { once: true });
     });
+  }
+
+  /** The one way in: false when the session is dead (the operation then fails, never synchronously). */
+  private enqueue(op: PendingOp): boolean {
+    if (this.state === 'dead') {
+      const err = this.lostError();
+      queueMicrotask(() => op.reject(err));
+      return false;
+    }
+    this.pending.push(op);
+    this.scheduleFlush();
+    return true;
   }
 
   private scheduleFlush(): void {
@@ -131,55 +177,6 @@ export class Session {
     queueMicrotask(() => {
       this.flushQueued = false;
       this.flush();
-    });
-  }
-
-  /**
-   * Queues a statement of its own on this session, in order with the operations around it. It must
-   * not block, and a failure must leave no lock taken (the batch reconciliation does not cover it).
-   */
-  statement<R>(text: StatementText, values: unknown[], opts: { deadlineMs?: number; withdraw?: AbortSignal } = {}): Promise<R[]> {
-    return new Promise((resolve, reject) => {
-      if (this.state === 'dead') return reject(this.lostError());
-      const { withdraw } = opts;
-      // `withdraw` takes the statement back while it has not been sent (a cancel cannot reach it yet).
-      const onWithdraw = () => {
-        const i = this.pending.indexOf(op);
-        if (i < 0) return; // sent already: only a server-side cancel reaches it now
-        this.pending.splice(i, 1);
-        reject(Object.assign(new Error('the statement was withdrawn before it was sent'), { code: WITHDRAWN }));
-      };
-      const op: PendingOp = {
-        code: PROBE,
-        key: 0n,
-        fenced: false,
-        resolve: () => {},
-        reject: (err) => {
-          withdraw?.removeEventListener('abort', onWithdraw);
-          reject(err);
-        },
-        statement: {
-          text,
-          values,
-          done: (rows) => {
-            withdraw?.removeEventListener('abort', onWithdraw);
-            resolve(rows as R[]);
-          },
-          deadlineMs: opts.deadlineMs,
-        },
-      };
-      this.pending.push(op);
-      withdraw?.addEventListener('abort', onWithdraw, { once: true });
-      this.scheduleFlush();
-    });
-  }
-
-  /** Queues a try that issues a fencing token when it grants; resolves with the result code and token. */
-  runFenced(code: OpCode, key: bigint): Promise<{ result: number; token: bigint | null }> {
-    return new Promise((resolve, reject) => {
-      if (this.state === 'dead') return reject(this.lostError());
-      this.pending.push({ code, key, fenced: true, resolve: (result, token) => resolve({ result, token }), reject, statement: undefined });
-      this.scheduleFlush();
     });
   }
 
@@ -218,20 +215,11 @@ export class Session {
 
   /** The setup statement as an operation of its own (it also serves as a probe). */
   private setupOp(): PendingOp {
-    return {
-      code: PROBE,
-      key: 0n,
-      fenced: false,
-      resolve: () => {},
-      reject: () => {}, // a failed detection leaves the session unguarded, as without the schema
-      statement: {
-        text: sessionSetupSql.text,
-        values: [],
-        done: (rows) => {
-          this.guarded = (rows[0] as { guarded: boolean } | undefined)?.guarded === true;
-        },
-      },
+    // A failed setup leaves the session unguarded, as without the schema (its reject is a no-op).
+    const done = (rows: unknown[]) => {
+      this.guarded = (rows[0] as { guarded?: boolean } | undefined)?.guarded === true;
     };
+    return internalOp({ text: this.opts.statements.setup.text, values: [], done });
   }
 
   /** An unguarded session looks for the schema again, first thing (in place of a due keepalive probe). */
@@ -242,11 +230,6 @@ export class Session {
     this.pending.unshift(this.setupOp());
   }
 
-  /** The lock statements of this session's flavour. */
-  private get sql(): LockStatements {
-    return this.guarded ? guardedLockSql : plainLockSql;
-  }
-
   private flush(): void {
     if (this.state !== 'ready' || this.inFlight || this.pending.length === 0 || !this.conn) return;
     if (!this.guarded && performance.now() - this.lookedAt >= this.opts.keepaliveMs) this.lookAgain();
@@ -255,62 +238,8 @@ export class Session {
     this.sentAt = performance.now();
     // A blocking wait may take its whole lock_timeout before the server answers.
     this.inFlightDeadlineMs = batch[0]!.statement?.deadlineMs ?? this.opts.deadlineMs;
-    const lone = batch.length === 1 ? batch[0]! : null;
-    if (lone && lone.code !== PROBE && !lone.fenced && !lone.statement) this.sendLone(lone as PendingOp & { code: OpCode });
-    else void this.sendBatch(batch);
+    this.send(batch);
     this.arm();
-  }
-
-  /** The common case, kept lean: one plain operation, one small prepared statement. */
-  private sendLone(op: PendingOp & { code: OpCode }): void {
-    const batch = this.inFlight;
-    const sql = this.sql.single[op.code];
-    this.conn!.client.query<{ r: number }>({ name: sql.name, text: sql.text, values: [op.key] }).then(
-      (res) => {
-        if (this.inFlight !== batch) return; // the session died meanwhile: the op was already failed
-        this.lastActivity = performance.now();
-        this.inFlight = null;
-        op.resolve(res.rows[0]!.r, null);
-        if (this.pending.length > 0) this.flush();
-        else this.arm();
-      },
-      (err: Error) => void this.failed(batch!, [op], err),
-    );
-  }
-
-  private async sendBatch(batch: PendingOp[]): Promise<void> {
-    const ops = (batch.length === 1 && batch[0]!.code !== PROBE ? batch : batch.filter((op) => op.code !== PROBE)) as (PendingOp & {
-      code: OpCode;
-    })[];
-    const statement = batch[0]!.statement;
-    try {
-      if (statement) await this.executeStatement(batch[0]!, statement);
-      else await this.execute(ops);
-      for (const op of batch) if (op.code === PROBE && !op.statement) op.resolve(1, null);
-    } catch (err) {
-      return this.failed(batch, ops, err as Error);
-    }
-    this.lastActivity = performance.now();
-    if (this.inFlight === batch) this.inFlight = null;
-    if (this.state === 'ready' && this.pending.length > 0) this.flush();
-    else this.arm();
-  }
-
-  /** A statement failed: the connection is gone (the session dies), or the batch is reconciled. */
-  private async failed(batch: PendingOp[], ops: (PendingOp & { code: OpCode })[], err: Error): Promise<void> {
-    if (this.state === 'dead') return; // die() already failed the batch
-    if (isConnectionError(err)) {
-      this.die(err);
-      return;
-    }
-    // The schema went away under a guarded session: its later statements go without the guard.
-    if (this.guarded && isSchemaGone(err)) this.guarded = false;
-    await this.reconcile(ops, err);
-    for (const op of batch) if (op.code === PROBE) op.resolve(1, null);
-    this.lastActivity = performance.now();
-    if (this.inFlight === batch) this.inFlight = null;
-    if (this.state === 'ready' && this.pending.length > 0) this.flush();
-    else this.arm();
   }
 
   /**
@@ -335,69 +264,78 @@ export class Session {
     return batch;
   }
 
-  private async executeStatement(op: PendingOp, statement: NonNullable<PendingOp['statement']>): Promise<void> {
-    try {
-      const text = typeof statement.text === 'function' ? statement.text(this.guarded) : statement.text;
-      const query = typeof text === 'string' ? { text, values: statement.values } : { ...text, values: statement.values };
-      statement.done((await this.conn!.client.query(query)).rows);
-    } catch (err) {
-      if (isConnectionError(err)) throw err; // the session dies, failing the operation with it
-      op.reject(err as Error);
-    }
-  }
-
-  private async execute(ops: (PendingOp & { code: OpCode })[]): Promise<void> {
-    const client = this.conn!.client;
-    const sql = this.sql;
-    if (ops.length === 0) {
-      await client.query(probeSql);
-    } else if (ops[0]!.fenced) {
-      const single = ops.length === 1 ? sql.fencedSingle[ops[0]!.code] : undefined;
-      const res = single
-        ? await client.query<{ r: number; token: string | null }>({ ...single, values: [ops[0]!.key] })
-        : await client.query<{ i: number; r: number; token: string | null }>({
-            ...sql.fencedBatch,
-            values: [intArray(ops, (op) => op.code), intArray(ops, (op) => op.key)],
-          });
-      res.rows.forEach((row, n) => {
-        const op = ops['i' in row ? (row as { i: number }).i - 1 : n]!;
-        op.resolve(row.r, row.token === null ? null : BigInt(row.token));
-      });
-    } else if (ops.length === 1) {
-      const op = ops[0]!;
-      const res = await client.query<{ r: number }>({ ...sql.single[op.code], values: [op.key] });
-      op.resolve(res.rows[0]!.r, null);
-    } else {
-      const res = await client.query<{ i: number; r: number }>({
-        ...sql.batch,
-        values: [intArray(ops, (op) => op.code), intArray(ops, (op) => op.key)],
-      });
-      for (const row of res.rows) ops[row.i - 1]!.resolve(row.r, null);
-    }
-  }
-
   /**
-   * A statement failed on a live connection (for instance: the server's lock table is full). Session
-   * locks taken earlier in that statement survive its failure, so look at what the session really holds
-   * and put every operation of the batch back to "not done": tries that took a lock are undone, unlocks
-   * that did not happen are redone one by one. The operations then fail with the statement's error.
+   * Sends one statement for the batch: a statement of its own, a probe when the batch holds probes
+   * only, a lone operation's prepared statement, or a (fenced) batch statement.
    */
-  private async reconcile(ops: (PendingOp & { code: OpCode })[], cause: Error): Promise<void> {
+  private send(batch: PendingOp[]): void {
+    const statement = batch[0]!.statement;
+    const ops = batch.filter((op): op is LockOp => op.code !== PROBE);
+    const query = statement ? statementQuery(statement, this.guarded) : this.opsQuery(ops);
+    this.conn!.client.query<OpRow>(query).then(
+      (res) => {
+        if (this.inFlight !== batch) return; // the session died meanwhile: the batch was already failed
+        this.answered(batch);
+        if (statement) statement.done(res.rows);
+        // A batch's rows name their operation (i, from 1); a lone operation's one row is its own.
+        else if (ops.length > 0) for (const [n, row] of res.rows.entries()) ops[(row.i ?? n + 1) - 1]!.resolve(row.r, tokenOf(row));
+        for (const op of batch) if (op.code === PROBE && !op.statement) op.resolve(1, null);
+        this.next();
+      },
+      (err: Error) => {
+        // A statement of its own fails alone; the session carries on.
+        if (statement && !isConnectionLost(err) && this.inFlight === batch) {
+          this.answered(batch);
+          batch[0]!.reject(err);
+          this.next();
+        } else void this.failed(batch, ops, err);
+      },
+    );
+  }
+
+  /** The statement for lock operations, in this session's flavour. */
+  private opsQuery(ops: LockOp[]): { name: string; text: string; values: unknown[] } {
+    if (ops.length === 0) return { ...probeSql, values: [] };
+    const sql = this.guarded ? this.opts.statements.guarded : this.opts.statements.plain;
+    const lone = ops.length === 1 ? ops[0]! : undefined;
+    const single = lone && (lone.fenced ? sql.fencedSingle[lone.code] : sql.single[lone.code]);
+    if (single) return { ...single, values: [lone.key] };
+    const batch = ops[0]!.fenced ? sql.fencedBatch : sql.batch;
+    return { ...batch, values: [intArray(ops, (op) => op.code), intArray(ops, (op) => op.key)] };
+  }
+
+  /** The server answered the statement in flight. */
+  private answered(batch: PendingOp[]): void {
+    this.lastActivity = performance.now();
+    if (this.inFlight === batch) this.inFlight = null;
+  }
+
+  /** Sends what queued up meanwhile, or waits for the next moment to act. */
+  private next(): void {
+    if (this.state === 'ready' && this.pending.length > 0) this.flush();
+    else this.arm();
+  }
+
+  /** A statement failed: the connection is gone (the session dies), or the batch is reconciled. */
+  private async failed(batch: PendingOp[], ops: LockOp[], err: Error): Promise<void> {
+    if (this.state === 'dead') return; // die() already failed the batch
+    if (isConnectionLost(err)) {
+      this.die(err);
+      return;
+    }
+    // The schema went away under a guarded session: its later statements go without the guard.
+    if (this.guarded && isSchemaGone(err)) this.guarded = false;
+    await this.reconcile(ops, err);
+    for (const op of batch) if (op.code === PROBE) op.resolve(1, null);
+    this.answered(batch);
+    this.next();
+  }
+
+  /** A statement failed on a live connection: undo what it half-did, then fail its operations with its error. */
+  private async reconcile(ops: LockOp[], cause: Error): Promise<void> {
     const failure = statementFailure(cause);
     try {
-      const client = this.conn!.client;
-      const { rows } = await client.query<{ space: number; key: string; mode: string }>(heldBySessionSql);
-      const held = new Set(rows.map((r) => `${r.space}:${r.key}:${r.mode}`));
-      // Two round trips whatever the batch size (a full lock table fails batches of thousands).
-      const codes: OpCode[] = [];
-      const keys: bigint[] = [];
-      for (const op of ops) {
-        for (const undo of undoFor(op.code, op.key, held)) {
-          codes.push(undo);
-          keys.push(op.key);
-        }
-      }
-      if (codes.length > 0) await client.query(undoBatchSql, [codes, keys]);
+      await undoFailedBatch(this.conn!.client, this.opts.statements, ops);
       for (const op of ops) op.reject(failure);
     } catch (err) {
       for (const op of ops) op.reject(failure);
@@ -435,7 +373,7 @@ export class Session {
         return;
       }
     } else if (this.pending.length === 0 && now - this.lastActivity >= this.opts.keepaliveMs) {
-      this.pending.push({ code: PROBE, key: 0n, fenced: false, resolve: () => {}, reject: () => {}, statement: undefined });
+      this.pending.push(internalOp());
       this.flush(); // arms for the probe's deadline
       return;
     }
@@ -473,61 +411,16 @@ export class Session {
   }
 }
 
+/** A statement of its own as a query: its text, or its prepared statement, in the session's flavour. */
+function statementQuery(statement: NonNullable<PendingOp['statement']>, guarded: boolean): { name?: string; text: string; values: unknown[] } {
+  const text = typeof statement.text === 'function' ? statement.text(guarded) : statement.text;
+  return typeof text === 'string' ? { text, values: statement.values } : { ...text, values: statement.values };
+}
+
 /**
  * An array parameter of integers as PostgreSQL's array text, written here: node-postgres quotes and
  * escapes each element with two regular expressions, which costs more than the statement for thousands.
  */
 function intArray<T>(items: readonly T[], value: (item: T) => number | bigint): string {
   return `{${items.map(value).join(',')}}`;
-}
-
-/** The operations that reverse what a failed statement may have done for `code` on `key`. */
-function undoFor(code: OpCode, key: bigint, held: Set<string>): OpCode[] {
-  const undo: OpCode[] = [];
-  const exclusive = held.has(`1:${key}:ExclusiveLock`);
-  const shared = held.has(`1:${key}:ShareLock`);
-  const marker = held.has(`2:${key}:ShareLock`);
-  switch (code) {
-    case Op.waitTryExclusive:
-    case Op.waitTryShared:
-    case Op.waitPoliteTryExclusive:
-    case Op.waitPoliteTryShared:
-      // Markers are bookkeeping: the lock manager registers them again when it still waits.
-      if (marker) undo.push(Op.unregisterMarker);
-      break;
-    case Op.unregisterMarker:
-    case Op.registerMarker:
-      if (marker) undo.push(Op.unregisterMarker);
-      break;
-  }
-  switch (code) {
-    case Op.tryExclusive:
-    case Op.politeTryExclusive:
-    case Op.waitTryExclusive:
-    case Op.waitPoliteTryExclusive:
-    case Op.unlockExclusive:
-      if (exclusive) undo.push(Op.unlockExclusive);
-      break;
-    case Op.tryShared:
-    case Op.politeTryShared:
-    case Op.waitTryShared:
-    case Op.waitPoliteTryShared:
-    case Op.unlockShared:
-      if (shared) undo.push(Op.unlockShared);
-      break;
-  }
-  return undo;
-}
-
-/** A statement failed because pgfence's schema (or its guard function) is not there any more. */
-function isSchemaGone(err: Error): boolean {
-  const code = (err as { code?: unknown }).code;
-  return code === '3F000' || code === '42883';
-}
-
-/** What the callers of a failed lock statement are told. */
-function statementFailure(cause: Error): Error {
-  const known = schemaMissingError(cause);
-  if (known) return known;
-  return new LockUnavailableError(`a lock statement failed: ${cause.message}`, { cause });
 }

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, inject } from 'vitest';
+import { sleep } from '../../src/core/signals.js';
 
 /** The test server's URL with another database (and optionally other parameters). */
 export function withDatabase(url: string, database: string, params: Record<string, string> = {}): string {
@@ -74,9 +75,7 @@ export async function killBackends(url: string, applicationName: string): Promis
   }
 }
 
-export function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
-}
+export { sleep };
 
 /** Polls `check` until it returns true or `timeoutMs` passes (generous bounds: tests assert outcomes, not timing). */
 export async function eventually(check: () => boolean | Promise<boolean>, timeoutMs = 15_000, what = 'condition'): Promise<void> {

@@ -3,6 +3,7 @@ import { chownSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { sleep, within } from '../../src/core/signals.js';
 import { freePort } from './server.js';
 
 /** A PgBouncer of the test's own on a loopback port, in front of the test server. */
@@ -66,7 +67,7 @@ export async function startPgBouncer(serverUrl: string, mode: 'transaction' | 's
   const stop = async () => {
     if (proc.exitCode === null) {
       proc.kill('SIGTERM');
-      await Promise.race([exited, new Promise((r) => setTimeout(r, 3000))]);
+      await within(exited, 3000);
       if (proc.exitCode === null) proc.kill('SIGKILL');
     }
     rmSync(dir, { recursive: true, force: true });
@@ -77,7 +78,7 @@ export async function startPgBouncer(serverUrl: string, mode: 'transaction' | 's
       await stop();
       throw new Error(`pgbouncer did not start: ${stderr}`);
     }
-    await new Promise((r) => setTimeout(r, 50));
+    await sleep(50);
   }
   return {
     url: (url) => {

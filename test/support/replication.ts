@@ -11,6 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import pg from 'pg';
+import { sleep } from '../../src/core/signals.js';
 import { freePort } from './server.js';
 
 const run = promisify(execFile);
@@ -121,7 +122,7 @@ export async function startReplicaPair(bin: string, label: string): Promise<Repl
       for (let i = 0; i < 600; i++) {
         const r = await s.query<{ ok: boolean }>('SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn AS ok', [rows[0]!.lsn]);
         if (r.rows[0]!.ok) return;
-        await new Promise((res) => setTimeout(res, 50));
+        await sleep(50);
       }
       throw new Error('the standby did not catch up within 30 s');
     } finally {

@@ -1,4 +1,5 @@
-import { freePort, startEmbeddedPostgres } from '../../src/cli/demo/embedded.js';
+import { withDeadline } from '../../src/core/signals.js';
+import { freePort, startEmbeddedPostgres } from '../../src/embedded/embedded-postgres.js';
 
 /** A PostgreSQL server for tests: its URL (to a maintenance database) and how to stop it. */
 export interface TestServer {
@@ -53,5 +54,5 @@ export { freePort };
 
 /** `p`, or a rejection once `ms` pass (a hang guard: tests assert outcomes, not timing). */
 export function withTimeout<T>(p: Promise<T>, ms: number, what = 'the promise'): Promise<T> {
-  return Promise.race([p, new Promise<T>((_, reject) => setTimeout(() => reject(new Error(`timeout: ${what}`)), ms).unref())]);
+  return withDeadline(p, ms, () => new Error(`timeout: ${what}`));
 }

@@ -4,6 +4,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
 import { lockKey } from '../../index.js';
+import { sleep, TIMED_OUT, within } from '../../core/signals.js';
 import { parseEvent, type WorkerCommand, type WorkerConfig, type WorkerEvent } from './protocol.js';
 import type { DemoRecord, Holding } from './record.js';
 import { CONTROL_TABLE, FENCED_TABLE, leaseExpiry, readCounters, ROW_ID } from './tables.js';
@@ -188,11 +189,10 @@ export class Scenario {
       else w.send('quit');
     }
     const all = Promise.all(this.workers.map((w) => w.exit));
-    const timer = setTimeout(() => {
+    if ((await within(all, 5000)) === TIMED_OUT) {
       for (const w of this.workers) if (!w.exited) w.child.kill('SIGKILL');
-    }, 5000);
-    await all;
-    clearTimeout(timer);
+      await all;
+    }
   }
 
   /** SIGKILL at once (second Ctrl-C). */
@@ -478,7 +478,7 @@ async function procState(pid: number): Promise<string | undefined> {
     } catch {
       return undefined;
     }
-    await new Promise((r) => setTimeout(r, 5));
+    await sleep(5);
   }
   return undefined;
 }

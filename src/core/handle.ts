@@ -1,5 +1,5 @@
 import type { LockLostError } from '../errors.js';
-import type { LockKind, LockMode } from '../observe/observer.js';
+import type { LockKind, LockMode } from './vocabulary.js';
 
 /** A held lock. Release it (or let `await using` do so); watch `signal` to learn of its loss. */
 export interface LockHandle {

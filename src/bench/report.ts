@@ -1,0 +1,49 @@
+/** The bench's table rows for the usual shapes of comparison, and the table itself. */
+
+import { table } from '../cli/format.js';
+import type { BenchContext, Row } from './context.js';
+import { fmt, type Spread } from './stats.js';
+
+export interface Target {
+  text: string;
+  met: (ratio: number) => boolean;
+}
+
+/** pgfence over baseline, higher is better (rates). */
+export const atLeast = (x: number): Target => ({ text: `>= ${x.toFixed(2)}x`, met: (r) => r >= x });
+/** pgfence over baseline, lower is better (times, costs). */
+export const atMost = (x: number): Target => ({ text: `<= ${x.toFixed(2)}x`, met: (r) => r <= x });
+
+/** A rate comparison: medians of each side, the median of per-round ratios and their min..max. */
+export function rateRow(ctx: BenchContext, measurement: string, pgfence: number, baseline: number, ratio: Spread, target?: Target): void {
+  ctx.row({
+    measurement,
+    pgfence: fmt.rate(pgfence),
+    baseline: fmt.rate(baseline),
+    ratio: fmt.ratio(ratio.median),
+    range: fmt.range(ratio),
+    ...(target ? { target: target.text, met: target.met(ratio.median) } : {}),
+  });
+}
+
+/** A time comparison (lower is better): median times of each side, ratio pgfence / baseline. */
+export function timeRow(ctx: BenchContext, measurement: string, pgfence: Spread, baseline: Spread, ratio: Spread, target?: Target): void {
+  ctx.row({
+    measurement,
+    pgfence: fmt.ms(pgfence.median),
+    baseline: fmt.ms(baseline.median),
+    ratio: fmt.ratio(ratio.median),
+    range: fmt.range(ratio),
+    ...(target ? { target: target.text, met: target.met(ratio.median) } : {}),
+  });
+}
+
+const verdict = (met: boolean | null) => (met === null ? '' : met ? 'yes' : 'NO');
+
+export function renderTable(rows: readonly Row[]): string {
+  return table(
+    ['measurement', 'pgfence', 'baseline', 'ratio', 'min..max', 'target', 'met'],
+    rows.map((r) => [r.measurement, r.pgfence, r.baseline, r.ratio, r.range, r.target, verdict(r.met)]),
+    { alignRight: [1, 2, 3, 4, 5] },
+  );
+}

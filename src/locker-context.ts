@@ -1,0 +1,80 @@
+import { hostname } from 'node:os';
+import { randomBytes } from 'node:crypto';
+import { heldInCallback, runHolding } from './advisory/nesting.js';
+import type { LockBudget } from './advisory/lock-budget.js';
+import type { LockerContext } from './core/context.js';
+import type { LockHandle } from './core/handle.js';
+import { LockerClosedError, NestedLockError } from './errors.js';
+import type { LockTarget } from './keys.js';
+import type { ResolvedLockerOptions } from './locker-options.js';
+import type { Logger } from './observe/logger.js';
+import type { NameRegistry } from './observe/name-registry.js';
+import { booleanOption } from './options.js';
+import type { ConnectionSource } from './session/connection-source.js';
+
+/** A locker's side of LockerContext: its settings, and the checks it runs for every part. */
+export class PgLockerContext implements LockerContext {
+  readonly namespace: string | undefined;
+  readonly defaultTimeoutMs: number;
+  readonly deadlineMs: number;
+  readonly logger: Logger;
+  readonly leaseOwner = `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
+
+  constructor(
+    /** The locker: callbacks holding its locks are found by it. */
+    private readonly owner: object,
+    opts: ResolvedLockerOptions,
+    private readonly source: ConnectionSource,
+    private readonly budget: LockBudget,
+    private readonly names: NameRegistry,
+    private readonly closing: () => boolean,
+  ) {
+    this.namespace = opts.namespace;
+    this.defaultTimeoutMs = opts.defaultTimeoutMs;
+    this.deadlineMs = opts.deadlineMs;
+    this.logger = opts.logger;
+  }
+
+  get refusal(): Error | null {
+    return this.source.refusal;
+  }
+
+  checkNesting(target: LockTarget, allowNested: unknown, kind: 'lock' | 'lease' | 'semaphore'): void {
+    if (booleanOption(allowNested, 'allowNested', false)) return;
+    const outer = heldInCallback(this.owner);
+    if (outer) throw new NestedLockError(target.name, target.key, outer.handle.name, outer.handle.key, { kind, context: outer.context });
+  }
+
+  checkBudget(target: LockTarget, count?: number): void {
+    this.budget.check(target, count);
+  }
+
+  checkOpen(): void {
+    if (this.closing()) throw new LockerClosedError();
+  }
+
+  noteName(key: bigint, name: string | null): void {
+    this.names.note(key, name, this.namespace ?? null);
+  }
+
+  /**
+   * Until the first pinned session has shown it is not behind a transaction pooler, a failure is
+   * checked for that cause (the session only reports it as a lost connection). Free afterwards.
+   */
+  refusedIfPooled<T>(pending: Promise<T>): Promise<T> {
+    if (this.source.pinningVerified) return pending;
+    return pending.catch((err: unknown) => {
+      throw this.source.refusal ?? err;
+    });
+  }
+
+  runHolding<H extends LockHandle, T>(handle: H, fn: (handle: H) => Promise<T>): Promise<T> {
+    return runHolding(this.owner, handle, async () => {
+      try {
+        return await fn(handle);
+      } finally {
+        await handle.release();
+      }
+    });
+  }
+}
