@@ -180,7 +180,7 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
   }
 
   acquireAll(names: LockName[], opts?: AcquireOptions): Promise<CompositeLockHandle> {
-    return acquireAll(this.ctx, this.locks, this.sessions, names, opts);
+    return acquireAll(this.ctx, this.locks, names, opts);
   }
 
   // The handle's data is the caller's own value (what it stored as JSON), hence the casts to LeaseHandle<D>.

@@ -169,6 +169,23 @@ describe('acquireAll at scale', () => {
     await Promise.all(again.map((h) => h.release()));
   });
 
+  it('puts a burst of thousands of acquire() calls apart too: later single acquires find a light session', async () => {
+    const app = appName('burst');
+    const locker = track(createLocker({ connectionString: db.urlWith({ application_name: app }), maxSessions: 2, maxHeldLocks: 10_000 }));
+    const burstKeys = Array.from({ length: 2000 }, (_, i) => BigInt(8_600_000 + i));
+    const burst = await Promise.all(burstKeys.map((k) => locker.acquire(k)));
+    const singleKeys = Array.from({ length: 16 }, (_, i) => lockKey(`placement:after-burst:${i}`));
+    const singles: LockHandle[] = [];
+    for (const k of singleKeys) singles.push(await locker.acquire(k)); // one at a time, as a service's own work comes
+    const holders = await holdersOf(app);
+    const perPid = new Map<number, number>();
+    for (const pid of holders.values()) perPid.set(pid, (perPid.get(pid) ?? 0) + 1);
+    expect(perPid.size).toBeLessThanOrEqual(2); // maxSessions
+    // Every single acquire went to a backend that holds a small share of the 2016 locks.
+    for (const k of singleKeys) expect(perPid.get(holders.get(k)!)!, `the backend of ${k}`).toBeLessThan(HEAVY_HOLDS + singleKeys.length);
+    await Promise.all([...burst, ...singles].map((h) => h.release()));
+  });
+
   it('with maxSessions 1, shares the one session', async () => {
     const app = appName('bulk-one');
     const locker = track(createLocker({ connectionString: db.urlWith({ application_name: app }), maxSessions: 1, maxHeldLocks: 10_000 }));

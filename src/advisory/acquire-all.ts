@@ -2,7 +2,6 @@ import type { LockerContext } from '../core/context.js';
 import { InvalidArgumentError, LockTimeoutError } from '../errors.js';
 import { resolveLock, type LockName, type LockTarget } from '../keys.js';
 import { describeType, optionsObject } from '../options.js';
-import type { SessionPool } from '../session/session-pool.js';
 import { ACQUIRE_OPTION_KEYS, acquireRequest, type AcquireOptions } from './acquire-options.js';
 import { CompositeLockHandle } from './composite-handle.js';
 import type { AcquireRequest, AdvisoryLockHandle, AdvisoryLockManager } from './lock-manager.js';
@@ -17,12 +16,11 @@ import type { AcquireRequest, AdvisoryLockHandle, AdvisoryLockManager } from './
  * before it (the canonical order again), then tries the rest at once, and so on.
  *
  * The locks go to the bulk slot's session (SessionPool.lockSessionFor), apart from where single
- * acquires go once many are held; `sessions.bulkHeld` counts them while they are held.
+ * acquires go once many are held there.
  */
 export async function acquireAll(
   ctx: LockerContext,
   locks: AdvisoryLockManager,
-  sessions: SessionPool,
   names: LockName[],
   opts: AcquireOptions | undefined,
 ): Promise<CompositeLockHandle> {
@@ -41,13 +39,12 @@ export async function acquireAll(
   // One canonical order (ascending key) for every caller: two acquireAll calls can never wait on each other in a cycle.
   const ordered = [...targets.values()].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
   ctx.checkBudget(first.target, ordered.length);
-  return takeAll(locks, sessions, first, ordered, (pending) => ctx.refusedIfPooled(pending));
+  return takeAll(locks, first, ordered, (pending) => ctx.refusedIfPooled(pending));
 }
 
 /** Takes the ordered targets (see acquireAll), all or none. */
 async function takeAll(
   locks: AdvisoryLockManager,
-  sessions: SessionPool,
   /** The request of the first name: mode, timeout, signal, ttl. */
   template: AcquireRequest,
   /** Distinct targets in ascending key order. */
@@ -82,8 +79,5 @@ async function takeAll(
     await Promise.all(held.map((h) => h.release()));
     throw err;
   }
-  sessions.bulkHeld += held.length;
-  const composite = new CompositeLockHandle(held);
-  composite.onEnd = () => (sessions.bulkHeld -= held.length);
-  return composite;
+  return new CompositeLockHandle(held);
 }

@@ -2,16 +2,12 @@ import { BaseHandle } from '../core/handle.js';
 
 /** Several locks taken together (acquireAll): held while all are held, lost when any is lost. */
 export class CompositeLockHandle extends BaseHandle {
-  /** Called once when the composite ends: released, or lost with one of its members. */
-  onEnd: (() => void) | null = null;
-
   constructor(readonly handles: readonly BaseHandle[]) {
     // Identified by its first key in canonical order; the members carry their own names and keys.
     super('lock', null, handles[0]!.key, handles[0]!.mode, null);
     // A loss hook rather than a listener on each member's signal: thousands of members stay cheap.
     const onLoss = (err: Parameters<NonNullable<BaseHandle['onLoss']>>[0]) => {
       if (!this.markLost(err)) return;
-      this.end();
       // The rest are useless without the lost one: give them back.
       void this.releaseMembers();
     };
@@ -24,15 +20,8 @@ export class CompositeLockHandle extends BaseHandle {
 
   protected async doRelease(): Promise<boolean> {
     this.markReleased();
-    this.end();
     const results = await this.releaseMembers();
     return results.every(Boolean);
-  }
-
-  private end(): void {
-    const onEnd = this.onEnd;
-    this.onEnd = null;
-    onEnd?.();
   }
 
   private releaseMembers(): Promise<boolean[]> {

@@ -288,6 +288,7 @@ export class AdvisoryLockManager {
     const handle = new AdvisoryLockHandle(this, target.name, target.key, template.mode, null, session.id, template.kind);
     state.holders.add(handle);
     this.heldCount++;
+    this.sessions.noteHolds(session.id, 1);
     if (template.ttlMs !== undefined) handle.cancelTtl = setLongTimeout(() => this.expire(handle), template.ttlMs, true);
     this.observer.acquired(handle, performance.now() - startedAt);
     return handle;
@@ -658,6 +659,7 @@ export class AdvisoryLockManager {
     const handle = new AdvisoryLockHandle(this, target.name, target.key, mode, token, session.id, waiter.request.kind);
     state.holders.add(handle);
     this.heldCount++;
+    this.sessions.noteHolds(session.id, 1);
     const waitMs = performance.now() - waiter.startedAt;
     if (this.settle(state, waiter)) this.finish(waiter, handle);
     if (ttlMs !== undefined) handle.cancelTtl = setLongTimeout(() => this.expire(handle), ttlMs, true);
@@ -820,6 +822,7 @@ export class AdvisoryLockManager {
     state.holders.delete(handle);
     handle.cancelTtl?.();
     this.heldCount--;
+    this.sessions.noteHolds(handle.sessionId, -1);
   }
 
   private loseHandle(state: KeyState, handle: AdvisoryLockHandle, reason: LockLostReason, cause?: unknown): void {

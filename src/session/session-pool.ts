@@ -5,20 +5,25 @@ import type { OpStatements } from './op-statements.js';
 import { Session } from './session.js';
 
 /**
- * Bulk holds (acquireAll) past this many on the bulk slot's session make single acquires keep off it:
+ * A session holding this many locks is heavy: single acquires keep off it while a lighter one exists.
  * PostgreSQL walks a backend's whole local lock table at the end of every statement, so a session
  * holding thousands of locks makes each of its statements slower.
  */
 export const HEAVY_HOLDS = 256;
+/** Lock tries placed in one synchronous run (one tick) beyond this many are a burst: they go to the bulk slot. */
+export const BURST = 64;
 /** A waiter session with nothing to do for this many keepalive periods is closed (opened again on need). */
 export const WAITER_IDLE_PERIODS = 6;
 
 /**
  * A fixed number of session slots. A key maps to a slot by its low bits, so a key's lock, its waiter
  * marker and the probe of that marker live on one backend (a backend's own locks never conflict with
- * each other). The last slot is also the bulk slot: acquireAll puts its locks there, and while it holds
- * many of them single acquires go to the other slots (with maxSessions 1 everything shares the one).
- * A dead session is replaced the next time its slot is used.
+ * each other). The last slot is also the bulk slot: acquireAll and bursts of acquires (more than BURST
+ * in one tick, as when thousands are taken at once) put their locks there, and a single acquire whose
+ * slot holds HEAVY_HOLDS or more goes to the lightest slot instead, so that a few sessions holding
+ * thousands of locks do not slow every other acquire (with maxSessions 1 everything shares the one).
+ * A key that has a marker is tried where its marker is (the lock manager sees to that). A dead session
+ * is replaced the next time its slot is used.
  *
  * The waiter session is opened together with the first lock session, so a first contended acquire
  * does not connect on its way into PostgreSQL's queue; it is closed again after WAITER_IDLE_PERIODS
@@ -33,8 +38,10 @@ export class SessionPool {
   private waiterIdleTimer: NodeJS.Timeout | null = null;
   private nextId = 1;
   private closed = false;
-  /** Locks that acquireAll holds now (kept by the bulk acquisition): past HEAVY_HOLDS singles avoid the bulk slot. */
-  bulkHeld = 0;
+  /** Locks held per session id (the lock manager's handles), for placement. */
+  private readonly holds = new Map<number, number>();
+  /** Lock tries placed in the current synchronous run (reset at the next microtask). */
+  private placedNow = 0;
   /** Whether the lock manager uses the waiter session now: a wait blocked on it, or a lock granted there. */
   waiterInUse: () => boolean = () => false;
 
@@ -58,22 +65,42 @@ export class SessionPool {
   }
 
   /**
-   * Where a session lock of `key` is tried: the bulk slot for acquireAll, else the key's slot, keeping
-   * off the bulk slot while it holds many. Opening a lock session opens the waiter session alongside.
+   * Where a session lock of `key` is tried: the bulk slot for acquireAll and bursts, else the key's
+   * slot unless it is heavy, then the lightest. Opening a lock session opens the waiter session alongside.
    */
   lockSessionFor(key: bigint, bulk: boolean): Session {
     const n = this.slots.length;
-    let slot: number;
-    if (n === 1) slot = 0;
-    else if (bulk) slot = n - 1;
-    else if (this.bulkHeld >= HEAVY_HOLDS) slot = Number(key & 0xffffn) % (n - 1);
-    else slot = this.slotOf(key);
+    if (this.placedNow++ === 0) queueMicrotask(this.endRun);
+    let slot = n === 1 ? 0 : bulk || this.placedNow > BURST ? n - 1 : this.slotOf(key);
+    if (n > 1 && !bulk && this.holdsOf(slot) >= HEAVY_HOLDS) slot = this.lightestSlot();
     const current = this.slots[slot];
     if (current && current.state !== 'dead') return current;
     const session = this.slotSession(slot);
     if (!this.waiter || this.waiter.state === 'dead') this.openWaiter();
     return session;
   }
+
+  /** The lock manager's count of locks held on a session changed by `delta`. */
+  noteHolds(sessionId: number, delta: number): void {
+    const n = (this.holds.get(sessionId) ?? 0) + delta;
+    if (n > 0) this.holds.set(sessionId, n);
+    else this.holds.delete(sessionId);
+  }
+
+  private holdsOf(slot: number): number {
+    const session = this.slots[slot];
+    return session && session.state !== 'dead' ? (this.holds.get(session.id) ?? 0) : 0;
+  }
+
+  private lightestSlot(): number {
+    let best = 0;
+    for (let i = 1; i < this.slots.length; i++) if (this.holdsOf(i) < this.holdsOf(best)) best = i;
+    return best;
+  }
+
+  private readonly endRun = (): void => {
+    this.placedNow = 0;
+  };
 
   private slotSession(slot: number): Session {
     const current = this.slots[slot];
