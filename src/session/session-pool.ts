@@ -71,8 +71,9 @@ export class SessionPool {
   lockSessionFor(key: bigint, bulk: boolean): Session {
     const n = this.slots.length;
     if (this.placedNow++ === 0) queueMicrotask(this.endRun);
-    let slot = n === 1 ? 0 : bulk || this.placedNow > BURST ? n - 1 : this.slotOf(key);
-    if (n > 1 && !bulk && this.holdsOf(slot) >= HEAVY_HOLDS) slot = this.lightestSlot();
+    const many = bulk || this.placedNow > BURST;
+    let slot = n === 1 ? 0 : many ? n - 1 : this.slotOf(key);
+    if (n > 1 && !many && this.holdsOf(slot) >= HEAVY_HOLDS) slot = this.lightestSlot();
     const current = this.slots[slot];
     if (current && current.state !== 'dead') return current;
     const session = this.slotSession(slot);
