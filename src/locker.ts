@@ -30,7 +30,7 @@ import { ConnectionSource } from './session/connection-source.js';
 import { ReleaseListener } from './session/listener.js';
 import { deadClientBounds, PinnedSessionSettings } from './session/server-settings.js';
 import { SessionPool } from './session/session-pool.js';
-import { sessionLockStatements } from './advisory/advisory-sql.js';
+import { sessionLockStatements, warmGuardSql } from './advisory/advisory-sql.js';
 
 // Each kind of lock parses its own options; they are named here too, where they always were.
 export { ACQUIRE_OPTION_KEYS, LEADER_OPTION_KEYS, LEASE_OPTION_KEYS, LOCKER_OPTION_KEYS };
@@ -121,7 +121,7 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
     this.listener = new ReleaseListener(this.source, { keepaliveMs, deadlineMs, logger }, (key) => this.parts.onRelease(key));
     this.sessions = new SessionPool(
       this.source,
-      { size: opts.maxSessions, keepaliveMs, deadlineMs, logger, statements: sessionLockStatements },
+      { size: opts.maxSessions, keepaliveMs, deadlineMs, logger, statements: sessionLockStatements, warmWaiter: warmGuardSql },
       (session, err) => this.parts.onSessionLost(session, err),
     );
     this.locks = this.parts.add(new AdvisoryLockManager(this.sessions, this.listener, this.observer, deadlineMs));

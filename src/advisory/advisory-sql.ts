@@ -1,4 +1,5 @@
 import { nextTokenExpr } from '../fencing/token-sql.js';
+import { internalKey } from '../keys.js';
 import type { OpFlavour, OpStatements, Prepared } from '../session/op-statements.js';
 import { hiOf, loOf, noOtherWaiters, notifyIfWaiters, registerMarker } from './marker-sql.js';
 
@@ -169,6 +170,17 @@ export function blockingLockSql(shared: boolean, fenced: boolean, guarded: boole
     }),
   };
 }
+
+/**
+ * Run on a new waiter session ahead of its first wait, guarded sessions only (else a bare probe): the
+ * first call of the guard in a backend compiles it and plans its read of pgfence.leases, a few
+ * milliseconds that would otherwise fall between a release and the grant it hands over. Its key is an
+ * internal one (bytes no name can spell): no lease ever holds it, so nothing is unlocked.
+ */
+export const warmGuardSql = (guarded: boolean): Prepared =>
+  guarded
+    ? { name: 'pgfence_warm_guard', text: `SELECT pgfence.admit_session_lock(${internalKey('warm-guard')}, false, true) AS r` }
+    : { name: 'pgfence_probe', text: 'SELECT 1' };
 
 /**
  * Run once when a session connects (and as the keepalive probe of a session without the guard):

@@ -2,7 +2,7 @@ import { LockerClosedError } from '../errors.js';
 import type { Logger } from '../observe/logger.js';
 import type { ConnectionSource } from './connection-source.js';
 import type { OpStatements } from './op-statements.js';
-import { Session } from './session.js';
+import { Session, type StatementText } from './session.js';
 
 /**
  * A session holding this many locks is heavy: single acquires keep off it while a lighter one exists.
@@ -48,7 +48,15 @@ export class SessionPool {
   constructor(
     private readonly source: ConnectionSource,
     /** `statements`: what the sessions run (the owner's operations; see OpStatements). */
-    private readonly opts: { size: number; keepaliveMs: number; deadlineMs: number; logger: Logger; statements: OpStatements },
+    private readonly opts: {
+      size: number;
+      keepaliveMs: number;
+      deadlineMs: number;
+      logger: Logger;
+      statements: OpStatements;
+      /** Run on a new waiter session ahead of its first wait (what a first wait would otherwise pay after its grant). */
+      warmWaiter?: StatementText;
+    },
     private readonly onLost: (session: Session, err: Error) => void,
   ) {
     this.slots = new Array<Session | null>(opts.size).fill(null);
@@ -135,6 +143,7 @@ export class SessionPool {
 
   private openWaiter(): Session {
     this.waiter = this.open();
+    if (this.opts.warmWaiter) this.waiter.statement(this.opts.warmWaiter, []).catch(() => {});
     this.waiterUsedAt = performance.now();
     this.waiterIdleTimer ??= setInterval(this.closeIdleWaiter, this.opts.keepaliveMs);
     this.waiterIdleTimer.unref();
