@@ -32,6 +32,17 @@ async function holdersOf(app: string): Promise<Map<bigint, number>> {
   return new Map(rows.map((r) => [BigInt(r.key), r.pid]));
 }
 
+/** The keys a backend of an application_name (any, for null) waits for (bigint key space). */
+async function waitersOf(app: string | null): Promise<bigint[]> {
+  const { rows } = await admin.query<{ key: string }>(
+    `SELECT ((l.classid::int8 << 32) | l.objid::int8)::text AS key
+       FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+      WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND NOT l.granted AND ($1::text IS NULL OR a.application_name = $1)`,
+    [app],
+  );
+  return rows.map((r) => BigInt(r.key));
+}
+
 async function backendsOf(app: string): Promise<number> {
   const { rows } = await admin.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1`, [app]);
   return rows[0]!.n;
@@ -104,6 +115,35 @@ describe('the waiter session', () => {
   });
 });
 
+describe('a key seen busy lately', () => {
+  it('goes straight into PostgreSQL\'s queue on the waiter session (no try of its own first), and still reports its contention', async () => {
+    const key = 8_100_020n;
+    const holder = track(createLocker({ connectionString: db.url }));
+    const { pool, sent } = loggingPool(db.url);
+    const locker = createLocker({ pool });
+    try {
+      let busy = await holder.acquire(key);
+      const first = locker.acquire(key, { timeoutMs: 30_000 }); // a try (busy), then the wait
+      await eventually(() => locker.stats().contention === 1, 15_000, 'the first busy answer');
+      await busy.release();
+      await (await first).release();
+      busy = await holder.acquire(key);
+      const from = sent.length;
+      const second = locker.acquire(key, { timeoutMs: 30_000 });
+      await eventually(async () => (await waitersOf(null)).includes(key), 15_000, 'the second wait in PostgreSQL');
+      const statements = sent.slice(from).filter((t) => !/INSERT INTO pgfence\.lock_names/.test(t));
+      expect(statements).toHaveLength(1); // the wait itself
+      expect(statements[0]).toContain('lock_timeout');
+      await busy.release();
+      await (await second).release();
+      expect(locker.stats().contention).toBe(2); // the second wait found the key busy too
+    } finally {
+      await locker.close();
+      await pool.end();
+    }
+  });
+});
+
 const WAITER_IDLE_MS = (keepaliveMs: number) => 6 * keepaliveMs;
 
 describe('acquireAll at scale', () => {
@@ -132,11 +172,8 @@ describe('acquireAll at scale', () => {
     const holder = track(createLocker({ connectionString: db.url }));
     const locker = track(createLocker({ connectionString: db.urlWith({ application_name: app }) }));
     const busy = await holder.acquire(busyKey);
-    let contended = false;
-    locker.on('contention', () => (contended = true));
     const all = locker.acquireAll([...keys].reverse(), { timeoutMs: 30_000 });
-    await eventually(() => contended, 15_000, 'the wait for the busy key');
-    await eventually(async () => (await holdersOf(app)).size === 20, 15_000, 'the keys before the busy one');
+    await eventually(async () => (await waitersOf(app)).includes(busyKey), 15_000, 'the wait for the busy key in PostgreSQL');
     const held = [...(await holdersOf(app)).keys()].sort((a, b) => (a < b ? -1 : 1));
     expect(held).toEqual(keys.slice(0, 20));
     await busy.release();

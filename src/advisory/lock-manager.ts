@@ -435,6 +435,12 @@ export class AdvisoryLockManager {
     let code: OpCode;
     if (!head.waiting) {
       const polite = state.contendedUntil !== 0 && state.contendedUntil > performance.now();
+      // Seen busy lately, and the waiter session is free: straight into PostgreSQL's queue (the wait's
+      // statement tries first), one statement instead of a try that most likely fails, then the wait.
+      if (polite && head.request.timeoutMs > 0 && !state.markerSession && this.canBlock()) {
+        head.waiting = true;
+        return this.blockFor(state, head);
+      }
       code = polite ? (shared ? Op.politeTryShared : Op.politeTryExclusive) : shared ? Op.tryShared : Op.tryExclusive;
     } else if (state.markerSession === session) code = shared ? Op.tryShared : Op.tryExclusive;
     // Having stood back for other waiters, announce and look again politely: a release in between is not missed.
@@ -553,7 +559,7 @@ export class AdvisoryLockManager {
     this.clearPoll(state);
     const lockTimeout = remaining === Infinity ? '0' : `${Math.max(1, Math.ceil(remaining))}ms`;
     session
-      .statement<{ r: number; token: string | null }>(
+      .statement<{ r: number; waited: boolean; token: string | null }>(
         (guarded) => blockingLockSql(mode === 'shared', fencing, guarded), // prepared: one per flavour
         [state.key, lockTimeout],
         { deadlineMs: remaining + this.deadlineMs, withdraw: blocking.withdraw.signal },
@@ -562,6 +568,8 @@ export class AdvisoryLockManager {
         (rows) => {
           this.blocking = null;
           state.busy = false;
+          // Its try found the key busy: contention (for a wait that skipped its own try, reported now).
+          if (rows[0]?.waited && !head.settled) this.contended(head);
           blocking.onEnd?.(); // a cancelled waiter settles now; the grant below then goes straight back
           if (rows[0]?.r === LEASE_HELD) {
             // Granted, but a lease of the name was taken meanwhile: the statement gave the key back.
@@ -579,8 +587,10 @@ export class AdvisoryLockManager {
         (err: unknown) => {
           this.blocking = null;
           state.busy = false;
-          blocking.onEnd?.();
           const code = (err as { code?: unknown })?.code;
+          // A lock_timeout or a cancel ended a wait: the key was busy all along.
+          if ((code === '55P03' || code === '57014') && !head.settled) this.contended(head);
+          blocking.onEnd?.();
           if (code === WITHDRAWN) {
             // Taken back before it was sent: it never waited, and holds nothing.
             if (!head.settled && !this.closed) this.schedulePoll(state, 1);

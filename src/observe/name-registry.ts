@@ -13,7 +13,7 @@ const COALESCE_MS = 5;
  * Committed asynchronously (synchronous_commit off for this statement's transaction alone): names are
  * best effort, and a durable commit would hold up the statements queued behind it on a pinned session.
  */
-const INSERT_NAMES = `INSERT INTO pgfence.lock_names (key, name, namespace)
+export const INSERT_NAMES = `INSERT INTO pgfence.lock_names (key, name, namespace)
 SELECT n.key, n.name, n.namespace FROM unnest($1::int8[], $2::text[], $3::text[]) AS n(key, name, namespace)
 WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL
 ON CONFLICT (key) DO NOTHING`;
