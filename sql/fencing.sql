@@ -27,16 +27,25 @@ BEGIN
   floor_token := (timeline - 1) << 48;
   -- A token must be durable before anyone acts on it, whatever the server's default.
   PERFORM set_config('synchronous_commit', 'on', true);
-  INSERT INTO pgfence.fencing_tokens AS t (key, token)
-  VALUES (p_key, greatest(1, floor_token))
-  ON CONFLICT (key) DO UPDATE
-    SET token = CASE WHEN t.token < 9223372036854775807 THEN greatest(t.token + 1, floor_token) END,  -- NULL violates NOT NULL
-        updated_at = now()
+  -- Every token but a key's first is a plain UPDATE: no row-lock WAL record (an upsert writes one), and
+  -- no exception block to catch the int64 maximum (that would be a subtransaction on every token).
+  UPDATE pgfence.fencing_tokens AS t
+     SET token = greatest(t.token + 1, floor_token), updated_at = now()
+   WHERE t.key = p_key AND t.token < 9223372036854775807
   RETURNING t.token INTO issued;
+  IF NOT FOUND THEN
+    INSERT INTO pgfence.fencing_tokens AS t (key, token)
+    VALUES (p_key, greatest(1, floor_token))
+    ON CONFLICT (key) DO UPDATE
+      SET token = greatest(t.token + 1, floor_token), updated_at = now()
+      WHERE t.token < 9223372036854775807
+    RETURNING t.token INTO issued;
+    IF NOT FOUND THEN  -- the row holds the int64 maximum
+      RAISE EXCEPTION 'pgfence: the fencing tokens of key % are exhausted (int64 maximum reached)', p_key
+        USING ERRCODE = 'PGF02';
+    END IF;
+  END IF;
   RETURN issued;
-EXCEPTION WHEN not_null_violation THEN
-  RAISE EXCEPTION 'pgfence: the fencing tokens of key % are exhausted (int64 maximum reached)', p_key
-    USING ERRCODE = 'PGF02';
 END $$;
 
 -- Trigger function for user tables (see fencingColumnSql / addFencingColumn): refuses an UPDATE

@@ -197,7 +197,7 @@ BEGIN
 END $$;
 
 -- internal: wakes the waiters other sessions announced for p_key (their marker lock, the int4 pair of
--- the key, is held: see src/advisory/marker-sql.ts), as the Node API's releases do (notifyIfWaiters).
+-- the key, is held: see src/wait/marker-sql.ts), as the Node API's releases do (notifyIfWaiters).
 CREATE OR REPLACE FUNCTION pgfence.notify_waiters(p_key bigint) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE

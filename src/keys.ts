@@ -1,9 +1,6 @@
-import { InvalidArgumentError } from './errors.js';
+import { describeType, InvalidArgumentError } from './core/index.js';
 import { murmur3x64First64 } from './murmur3-x64.js';
-import { describeType, optionKeys, optionsObject } from './options.js';
-
-// Its home is options.ts (keys.ts imports the option checks, not the other way round); named here for existing importers.
-export { describeType };
+import { optionKeys, optionsObject } from './options.js';
 
 /** What a lock is called: a name (hashed) or an explicit int64 key. */
 export type LockName = string | bigint | number;

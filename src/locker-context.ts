@@ -1,16 +1,16 @@
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
-import { heldInCallback, runHolding } from './advisory/nesting.js';
-import type { LockBudget } from './advisory/lock-budget.js';
-import type { LockerContext } from './core/context.js';
-import type { LockHandle } from './core/handle.js';
-import { LockerClosedError, NestedLockError } from './errors.js';
+import { heldInCallback, runHolding } from './advisory/index.js';
+import type { LockBudget } from './advisory/index.js';
+import type { LockerContext } from './locker-parts.js';
+import type { LockHandle } from './core/index.js';
+import { LockerClosedError, NestedLockError } from './core/index.js';
 import type { LockTarget } from './keys.js';
 import type { ResolvedLockerOptions } from './locker-options.js';
-import type { Logger } from './observe/logger.js';
-import type { NameRegistry } from './observe/name-registry.js';
+import type { Logger } from './observe/index.js';
+import type { NameRegistry } from './observe/index.js';
 import { booleanOption } from './options.js';
-import type { ConnectionSource } from './session/connection-source.js';
+import type { ConnectionSource } from './session/index.js';
 
 /** A locker's side of LockerContext: its settings, and the checks it runs for every part. */
 export class PgLockerContext implements LockerContext {

@@ -1,9 +1,10 @@
 import type pg from 'pg';
-import { InvalidArgumentError } from './errors.js';
+import { InvalidArgumentError } from './core/index.js';
 import { nameToBytes } from './keys.js';
-import { jsonSafeLogger, type Logger, silentLogger } from './observe/logger.js';
-import type { Meter } from './observe/metrics.js';
-import { describeType, durationMs, optionKeys, optionsObject, positiveInteger } from './options.js';
+import { jsonSafeLogger, type Logger, silentLogger } from './observe/index.js';
+import type { Meter } from './observe/index.js';
+import { durationMs, optionKeys, optionsObject, positiveInteger } from './options.js';
+import { describeType } from './core/index.js';
 
 export interface LockerOptions {
   /**

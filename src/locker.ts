@@ -6,31 +6,30 @@ import {
   tryAcquireRequest,
   type AcquireOptions,
   type FencedAcquireOptions,
-} from './advisory/acquire-options.js';
-import { acquireAll } from './advisory/acquire-all.js';
-import type { CompositeLockHandle } from './advisory/composite-handle.js';
-import { LockBudget } from './advisory/lock-budget.js';
-import { AdvisoryLockManager, type AcquireRequest } from './advisory/lock-manager.js';
-import { SemaphoreManager, type Semaphore, type SemaphoreOptions } from './advisory/semaphore.js';
-import { openSemaphore } from './advisory/semaphore-options.js';
-import type { FencedLockHandle, LockHandle } from './core/handle.js';
-import { LockerParts } from './core/part.js';
+} from './advisory/index.js';
+import { acquireAll, type CompositeLockHandle } from './advisory/index.js';
+import { LockBudget } from './advisory/index.js';
+import { AdvisoryLockManager, type AcquireRequest } from './advisory/index.js';
+import { SemaphoreManager, type Semaphore, type SemaphoreOptions } from './advisory/index.js';
+import { openSemaphore } from './advisory/index.js';
+import type { FencedLockHandle, LockHandle } from './core/index.js';
+import { LockerParts } from './locker-parts.js';
 import { resolveLock, type LockName } from './keys.js';
-import { LeaderCampaign, startCampaign, type LeaderElection } from './lease/leader.js';
-import { LeaseManager, type LeaseHandle } from './lease/lease-manager.js';
-import { LEADER_OPTION_KEYS, LEASE_OPTION_KEYS, leaseRequest, tryLeaseRequest, type LeaseOptions } from './lease/lease-options.js';
+import { LeaderCampaign, startCampaign, type LeaderElection } from './lease/index.js';
+import { LeaseManager, type LeaseHandle } from './lease/index.js';
+import { LEADER_OPTION_KEYS, LEASE_OPTION_KEYS, leaseRequest, tryLeaseRequest, type LeaseOptions } from './lease/index.js';
 import { LOCKER_OPTION_KEYS, resolveLockerOptions, type LockerOptions } from './locker-options.js';
 import { PgLockerContext } from './locker-context.js';
-import type { LockerEvents, LockerStats } from './observe/events.js';
-import { inspectDatabase, type LockReport, type OwnLocks } from './observe/inspect.js';
-import { NameRegistry } from './observe/name-registry.js';
-import { Observer, reportBounce } from './observe/observer.js';
+import type { LockerEvents, LockerStats } from './observe/index.js';
+import { inspectDatabase, type LockReport, type OwnLocks } from './observe/index.js';
+import { NameRegistry } from './observe/index.js';
+import { Observer, reportBounce } from './observe/index.js';
 import { callback } from './options.js';
-import { ConnectionSource } from './session/connection-source.js';
-import { ReleaseListener } from './session/listener.js';
-import { deadClientBounds, PinnedSessionSettings } from './session/server-settings.js';
-import { SessionPool } from './session/session-pool.js';
-import { sessionLockStatements, warmGuardSql } from './advisory/advisory-sql.js';
+import { ConnectionSource } from './session/index.js';
+import { ReleaseListener } from './session/index.js';
+import { deadClientBounds, PinnedSessionSettings } from './session/index.js';
+import { SessionPool } from './session/index.js';
+import { sessionLockStatements, warmGuardSql } from './advisory/index.js';
 
 // Each kind of lock parses its own options; they are named here too, where they always were.
 export { ACQUIRE_OPTION_KEYS, LEADER_OPTION_KEYS, LEASE_OPTION_KEYS, LOCKER_OPTION_KEYS };

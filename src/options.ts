@@ -1,4 +1,4 @@
-import { InvalidArgumentError } from './errors.js';
+import { describeType, InvalidArgumentError } from './core/index.js';
 
 /** Checks every argument before any I/O: each failure names the argument and what it accepts. */
 
@@ -26,13 +26,6 @@ export function optionsObject<T extends object>(value: unknown, argument: string
   return value as Partial<T>;
 }
 
-/** How a refused argument is shown in an error message: its type, and the start of its value. */
-export function describeType(value: unknown): string {
-  if (value === null) return 'null';
-  if (Array.isArray(value)) return 'an array';
-  if (typeof value === 'number' && Number.isNaN(value)) return 'NaN';
-  return typeof value === 'object' ? 'an object' : `${typeof value} ${String(value).slice(0, 40)}`;
-}
 
 function unknownOption(key: string, argument: string, known: readonly string[]): InvalidArgumentError {
   const shown = key.length > 40 ? `${key.slice(0, 37)}...` : key;

@@ -426,7 +426,7 @@ describe('pgfence run', () => {
   });
 
   it('--lease renews the lease while the child runs longer than its TTL', async () => {
-    const r = await pgfence(['run', 'cli:lease', '--lease', '--ttl', '500ms', '--', node, CHILD, 'interval', file('lease-run'), '1500']);
+    const r = await pgfence(['run', 'cli:lease', '--lease', '--ttl', '1s', '--', node, CHILD, 'interval', file('lease-run'), '2500']);
     expect(r.code).toBe(0);
     expect(read('lease-run')).toMatch(/start \d+\nend \d+/);
   });

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createLocker, InvalidArgumentError, LockLostError, lockKey, type Locker } from '../src/index.js';
+import { createLocker, InvalidArgumentError, LockLostError, LockTimeoutError, lockKey, type Locker } from '../src/index.js';
 import { releaseLeaseSql, renewLeaseSql } from '../src/lease/lease-sql.js';
 import { NOTIFY_CHANNEL } from '../src/session/listener.js';
 import { eventually, sleep, track, useMigratedDatabase } from './support/db.js';
@@ -38,9 +38,10 @@ describe('leases', () => {
   it('are renewed automatically past their TTL, and keep others out meanwhile', async () => {
     const holder = open();
     const other = open();
-    const l = await holder.lease('lease:renew', { ttlMs: 300 });
+    // TTL 1 s, renewed every ~333 ms: a loaded machine may delay a renewal by a few hundred ms without losing it.
+    const l = await holder.lease('lease:renew', { ttlMs: 1000 });
     const firstExpiry = l.expiresAt.getTime();
-    await sleep(900);
+    await sleep(1600);
     expect(l.signal.aborted).toBe(false);
     expect(l.expiresAt.getTime()).toBeGreaterThan(firstExpiry);
     expect(await other.tryLease('lease:renew')).toBeNull();
@@ -131,6 +132,19 @@ describe('leases', () => {
     }
   });
 
+  it('reports contention once per waiting request, also for one that waited behind another local waiter', async () => {
+    const [holder, other] = [open(), open()];
+    const held = await holder.lease('lease:contention', { ttlMs: 30_000 });
+    const first = other.lease('lease:contention', { timeoutMs: 300 }).catch((err: unknown) => err);
+    await eventually(async () => other.stats().waiting === 1, 15_000, 'the first wait to start');
+    // Queued behind the first (contention), then the head once the first has timed out: it finds the lease busy again.
+    const second = other.lease('lease:contention', { timeoutMs: 1500 }).catch((err: unknown) => err);
+    expect(await first).toBeInstanceOf(LockTimeoutError);
+    expect(await second).toBeInstanceOf(LockTimeoutError);
+    expect(other.stats()).toMatchObject({ contention: 2, timeouts: 2 });
+    await held.release();
+  });
+
   it('withLease releases after the callback', async () => {
     const locker = open();
     expect(await locker.withLease('lease:with', async (h) => h.token > 0n)).toBe(true);
@@ -172,5 +186,59 @@ describe('lease arguments', () => {
 
   it('wrote nothing for any of them', async () => {
     expect(await row('lease:bad')).toBeUndefined();
+  });
+});
+
+describe('what a lease cycle costs', () => {
+  it('acquire+release: at most two commits and no Parse per cycle (statements prepared once per connection)', async () => {
+    const quiet = await useMigratedDatabase('lease_cost');
+    // Another database's connection reads the counters: its own statements do not count.
+    const admin = new pg.Client({ connectionString: db.url });
+    await admin.connect();
+    try {
+      const c = new pg.Client({ connectionString: quiet.url });
+      await c.connect();
+      // Nothing but the locker commits in that database.
+      await c.query(`ALTER TABLE pgfence.leases SET (autovacuum_enabled = false); ALTER TABLE pgfence.fencing_tokens SET (autovacuum_enabled = false)`);
+      await c.end();
+      const backends = async () =>
+        (await admin.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1`, [quiet.name])).rows[0]!.n;
+      // A backend flushes its statistics as it exits, before it leaves pg_stat_activity.
+      const commits = async () => {
+        await eventually(async () => (await backends()) === 0, 15_000, 'the database to have no connections');
+        return Number((await admin.query(`SELECT xact_commit FROM pg_stat_database WHERE datname = $1`, [quiet.name])).rows[0].xact_commit);
+      };
+      const cycles = async (locker: Locker, n: number) => {
+        for (let i = 0; i < n; i++) {
+          const l = await locker.lease('lease:cost', { ttlMs: 30_000, renew: false });
+          expect(await l.release()).toBe(true);
+        }
+      };
+      const N = 40;
+      const parse = pg.Connection.prototype.parse;
+      let parsed = 0;
+      const counts: number[] = [];
+      for (const n of [0, N]) {
+        const start = await commits();
+        const locker = createLocker({ connectionString: quiet.url });
+        await cycles(locker, 3); // connections, prepared statements, the name registry
+        pg.Connection.prototype.parse = function counted(this: pg.Connection, ...args: unknown[]) {
+          parsed++;
+          return (parse as (...a: unknown[]) => unknown).apply(this, args);
+        } as typeof parse;
+        try {
+          await cycles(locker, n);
+        } finally {
+          pg.Connection.prototype.parse = parse;
+        }
+        await locker.close();
+        counts.push((await commits()) - start);
+      }
+      expect(parsed).toBe(0);
+      // The same locker's lifetime with and without N more cycles.
+      expect(counts[1]! - counts[0]!).toBeLessThanOrEqual(2 * N);
+    } finally {
+      await admin.end();
+    }
   });
 });

@@ -1,5 +1,6 @@
 // A name is one lock whatever its kind: with pgfence's schema present, a session advisory lock (either
 // mode) and a lease of the same name exclude each other, in the library and through `pgfence run`.
+import { statementsSent } from './support/statements-sent.js';
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -63,20 +64,7 @@ const markersFor = async (name: string): Promise<number> => {
 };
 
 /** How many statements every pg client of this process sends while `fn` runs. */
-async function countingStatements(fn: () => Promise<unknown>): Promise<number> {
-  const query = pg.Client.prototype.query;
-  let sent = 0;
-  pg.Client.prototype.query = function counted(this: pg.Client, ...args: unknown[]) {
-    sent++;
-    return (query as (...a: unknown[]) => unknown).apply(this, args);
-  } as typeof query;
-  try {
-    await fn();
-  } finally {
-    pg.Client.prototype.query = query;
-  }
-  return sent;
-}
+const countingStatements = async (fn: () => Promise<unknown>): Promise<number> => (await statementsSent(fn)).length;
 
 beforeAll(async () => {
   db = await useMigratedDatabase('one_name');

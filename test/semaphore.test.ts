@@ -15,6 +15,10 @@ describe('semaphores', () => {
     let inside = 0;
     let maxInside = 0;
     let entries = 0;
+    // The first four holders stay until all four are inside (a state, not a race with the others' sleeps):
+    // so the permits were all usable at once. A semaphore that admits fewer leaves them waiting 10 s.
+    let allFourInside!: () => void;
+    const fourInside = new Promise<void>((resolve) => (allFourInside = resolve));
     await Promise.all(
       Array.from({ length: 30 }, async (_, w) => {
         const sem = (w % 2 ? l1 : l2).semaphore('sem:bound', { permits: 4 });
@@ -24,6 +28,8 @@ describe('semaphores', () => {
               inside++;
               entries++;
               maxInside = Math.max(maxInside, inside);
+              if (inside === 4) allFourInside();
+              if (entries <= 4) await Promise.race([fourInside, sleep(10_000)]);
               await sleep(2 + Math.random() * 5);
               inside--;
             },

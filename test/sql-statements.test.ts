@@ -49,9 +49,14 @@ function sentStatements(): [string, Sent][] {
   out.push(['lease: release', { text: releaseLeaseSql }]);
   for (const shared of [false, true]) {
     for (const fenced of [false, true]) {
-      out.push([`xact lock: try ${shared ? 'shared' : 'exclusive'}${fenced ? ', fenced' : ''}`, { text: tryXactLockSql(shared, fenced) }]);
+      const text = tryXactLockSql({ key: 42n, shared, fenced, nestedIn: null, identify: false });
+      out.push([`xact lock: try ${shared ? 'shared' : 'exclusive'}${fenced ? ', fenced' : ''}, key 42`, { text }]);
     }
   }
+  out.push([
+    'xact lock: try exclusive, key -7, nested check, identifying the transaction (a client without protocol events)',
+    { text: tryXactLockSql({ key: -7n, shared: false, fenced: false, nestedIn: '1700000000.123456', identify: true }) },
+  ]);
   out.push([
     'xact lock: first wait slice, exclusive, fenced, key 42, 1500 ms',
     { text: waitXactLockScript({ key: 42n, shared: false, timeoutMs: 1500, first: true, nestedIn: null, fenced: true }) },

@@ -1,4 +1,5 @@
 import { Kysely, PostgresDialect, sql } from 'kysely';
+import { statementsSent } from './support/statements-sent.js';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -41,7 +42,56 @@ async function holdInTransaction(name: string): Promise<{ release(): Promise<voi
   };
 }
 
+
 describe('xactLock on node-postgres', () => {
+  it('a free key costs one plain statement: no savepoint, lock_timeout untouched', async () => {
+    const c = await pool.connect();
+    try {
+      await c.query('BEGIN');
+      await c.query(`SET LOCAL lock_timeout = '7s'`);
+      const variants = [{}, { timeoutMs: 5000 }, { timeoutMs: Infinity }, { signal: new AbortController().signal }, { fencing: true }, { mode: 'shared' as const }];
+      for (const [i, opts] of variants.entries()) {
+        const sent = await statementsSent(() => xactLock(c, `x:free:${i}`, opts));
+        expect(sent).toHaveLength(1);
+        expect(sent[0]).not.toMatch(/SAVEPOINT|lock_timeout/i);
+      }
+      expect((await c.query('SHOW lock_timeout')).rows[0].lock_timeout).toBe('7s');
+      const other = await pool.connect();
+      try {
+        await other.query('BEGIN');
+        for (const i of variants.keys()) expect(await tryXactLock(other, `x:free:${i}`)).toBeNull();
+      } finally {
+        await other.query('ROLLBACK');
+        other.release();
+      }
+      await c.query('COMMIT');
+    } finally {
+      c.release();
+    }
+  });
+
+  it('a busy key is tried once, then waited for in the savepoint script; its timeout leaves the transaction as it was', async () => {
+    const holder = await holdInTransaction('x:busy');
+    const c = await pool.connect();
+    try {
+      await c.query('BEGIN');
+      await c.query(`SET LOCAL lock_timeout = '7s'`);
+      await c.query(`INSERT INTO items VALUES (3, 'before the wait')`);
+      const sent = await statementsSent(() => expect(xactLock(c, 'x:busy', { timeoutMs: 150 })).rejects.toBeInstanceOf(LockTimeoutError));
+      expect(sent[0]).not.toMatch(/SAVEPOINT/i);
+      expect(sent[1]).toMatch(/^SAVEPOINT/);
+      expect(sent.at(-1)).toMatch(/^ROLLBACK TO SAVEPOINT/);
+      expect((await c.query('SHOW lock_timeout')).rows[0].lock_timeout).toBe('7s');
+      await c.query(`INSERT INTO items VALUES (4, 'after the wait')`);
+      await c.query('COMMIT');
+      const { rows } = await pool.query(`SELECT count(*)::int AS n FROM items WHERE id IN (3, 4)`);
+      expect(rows[0].n).toBe(2);
+    } finally {
+      c.release();
+      await holder.release();
+    }
+  });
+
   it('is released by COMMIT and by ROLLBACK', async () => {
     const c = await pool.connect();
     try {
@@ -159,6 +209,16 @@ describe('xactLock on node-postgres', () => {
 });
 
 describe('xactLock on Kysely', () => {
+  it('a free key costs one plain statement: no savepoint', async () => {
+    await kdb.transaction().execute(async (trx) => {
+      for (const [i, opts] of [{}, { fencing: true }].entries()) {
+        const sent = await statementsSent(() => k.xactLock(trx, `k:free:${i}`, opts));
+        expect(sent).toHaveLength(1);
+        expect(sent[0]).not.toMatch(/SAVEPOINT|lock_timeout/i);
+      }
+    });
+  });
+
   it('refuses a Kysely instance outside a transaction', async () => {
     await expect(k.xactLock(kdb, 'k:outside')).rejects.toBeInstanceOf(NotInTransactionError);
   });

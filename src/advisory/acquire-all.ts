@@ -1,10 +1,11 @@
-import type { LockerContext } from '../core/context.js';
-import { InvalidArgumentError, LockTimeoutError } from '../errors.js';
+import { describeType, InvalidArgumentError, LockTimeoutError } from '../core/index.js';
 import { resolveLock, type LockName, type LockTarget } from '../keys.js';
-import { describeType, optionsObject } from '../options.js';
+import type { LockerContext } from '../locker-parts.js';
+import { optionsObject } from '../options.js';
 import { ACQUIRE_OPTION_KEYS, acquireRequest, type AcquireOptions } from './acquire-options.js';
+import type { AcquireRequest, AdvisoryLockHandle } from './advisory-lock.js';
 import { CompositeLockHandle } from './composite-handle.js';
-import type { AcquireRequest, AdvisoryLockHandle, AdvisoryLockManager } from './lock-manager.js';
+import type { AdvisoryLockManager } from './lock-manager.js';
 
 /**
  * acquireAll: several session locks, all or nothing, in one canonical order (ascending key) for every

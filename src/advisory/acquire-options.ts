@@ -1,9 +1,9 @@
-import type { LockerContext } from '../core/context.js';
-import type { LockMode } from '../core/vocabulary.js';
-import { InvalidArgumentError } from '../errors.js';
+import type { LockerContext } from '../locker-parts.js';
+import type { LockMode } from '../core/index.js';
+import { InvalidArgumentError } from '../core/index.js';
 import { resolveLock, type LockName } from '../keys.js';
 import { abortSignal, booleanOption, durationMs, oneOf, optionKeys, optionsObject, singleAttempt } from '../options.js';
-import type { AcquireRequest } from './lock-manager.js';
+import type { AcquireRequest } from './advisory-lock.js';
 
 export interface AcquireOptions {
   mode?: LockMode;

@@ -1,7 +1,7 @@
-import { nextTokenExpr } from '../fencing/token-sql.js';
+import { nextTokenExpr } from '../fencing/index.js';
 import { internalKey } from '../keys.js';
-import type { OpFlavour, OpStatements, Prepared } from '../session/op-statements.js';
-import { hiOf, loOf, noOtherWaiters, notifyIfWaiters, registerMarker } from './marker-sql.js';
+import type { OpFlavour, OpStatements, Prepared } from '../session/index.js';
+import { hiOf, loOf, MarkerOp, noOtherWaiters, notifyIfWaiters, registerMarker } from '../wait/index.js';
 
 /**
  * The SQL of session advisory locks, in one place.
@@ -27,9 +27,9 @@ export const Op = {
   waitTryExclusive: 7,
   waitTryShared: 8,
   /** Drop this session's marker; 1 = it was held. */
-  unregisterMarker: 9,
+  unregisterMarker: MarkerOp.unregister,
   /** Register this session's marker without trying: 0 = registered, 2 = registration failed. */
-  registerMarker: 10,
+  registerMarker: MarkerOp.register,
   /** Register this session's marker, then try politely: bits as waitTry, plus 4 = stood back for other waiters. */
   waitPoliteTryExclusive: 11,
   waitPoliteTryShared: 12,

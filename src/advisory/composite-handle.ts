@@ -1,4 +1,4 @@
-import { BaseHandle } from '../core/handle.js';
+import { BaseHandle } from '../core/index.js';
 
 /** Several locks taken together (acquireAll): held while all are held, lost when any is lost. */
 export class CompositeLockHandle extends BaseHandle {

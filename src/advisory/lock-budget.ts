@@ -1,6 +1,6 @@
-import { LockBudgetError } from '../errors.js';
+import { LockBudgetError } from '../core/index.js';
 import type { LockTarget } from '../keys.js';
-import type { Logger } from '../observe/logger.js';
+import type { Logger } from '../observe/index.js';
 
 /** The default budget's share of the server's lock table (which every application shares). */
 export const DEFAULT_LOCK_TABLE_SHARE = 0.25;

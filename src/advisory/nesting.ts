@@ -1,5 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import type { LockHandle } from '../core/handle.js';
+import type { LockHandle } from '../core/index.js';
 
 interface Frame {
   readonly owner: object;

@@ -1,4 +1,4 @@
-import type { LockerContext } from '../core/context.js';
+import type { LockerContext } from '../locker-parts.js';
 import type { LockTarget, LockName } from '../keys.js';
 import { resolveLock } from '../keys.js';
 import { abortSignal, callback, durationMs, optionsObject, positiveInteger, singleAttempt } from '../options.js';

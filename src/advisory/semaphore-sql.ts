@@ -1,4 +1,4 @@
-import { hiOf, loOf, noOtherWaiters, notifyIfWaiters } from './marker-sql.js';
+import { hiOf, loOf, noOtherWaiters, notifyIfWaiters } from '../wait/index.js';
 
 /**
  * The SQL of semaphores. A semaphore of N permits is N session advisory locks (slot keys); a holder

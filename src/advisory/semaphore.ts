@@ -1,14 +1,15 @@
-import { LockLostError, LockUnavailableError, PgfenceError } from '../errors.js';
+import { LockLostError, LockUnavailableError, PgfenceError } from '../core/index.js';
 import { internalKey, type LockTarget } from '../keys.js';
 import { optionKeys } from '../options.js';
-import type { Observer } from '../observe/observer.js';
-import type { ReleaseListener } from '../session/listener.js';
-import type { Session } from '../session/session.js';
-import { SessionLostError } from '../session/session.js';
-import type { SessionPool } from '../session/session-pool.js';
-import { BaseHandle, type LockHandle } from '../core/handle.js';
+import type { Observer } from '../observe/index.js';
+import type { ReleaseListener } from '../session/index.js';
+import type { Session } from '../session/index.js';
+import { SessionLostError } from '../session/index.js';
+import type { SessionPool } from '../session/index.js';
+import { BaseHandle, type LockHandle } from '../core/index.js';
 import { releaseSlotSql, tryAnySlotSql } from './semaphore-sql.js';
-import { closedError, WaitLines, type Attempt, type LineRequest } from './wait-line.js';
+import type { Attempt, AttemptPhase, LineRequest } from '../wait/index.js';
+import { closedError, WaitLines } from '../wait/index.js';
 
 export interface SemaphoreOptions {
   /** How many holders at most, across every process. Use the same number everywhere for a name. */
@@ -64,7 +65,7 @@ export class SemaphoreManager {
     listener: ReleaseListener,
     private readonly observer: Observer,
   ) {
-    this.lines = new WaitLines('semaphore', sessions, listener, observer, (request, polite) => this.attempt(request, polite));
+    this.lines = new WaitLines('semaphore', sessions, listener, observer, (request, phase) => this.attempt(request, phase));
   }
 
   get held(): number {
@@ -132,7 +133,9 @@ export class SemaphoreManager {
     this.observer.lost(handle, handle.holdMs, 'session-lost', err);
   }
 
-  private async attempt(request: PermitRequest, polite: boolean): Promise<Attempt<PermitHandle>> {
+  private async attempt(request: PermitRequest, phase: AttemptPhase): Promise<Attempt<PermitHandle>> {
+    // A fresh request stands back for waiters elsewhere; a waiting head takes its turn.
+    const polite = !phase.waiting;
     const session = this.sessions.sessionFor(request.baseKey);
     // Slots this process already holds would be granted again (advisory locks are re-entrant per session).
     const mine = new Set([...this.holding].filter((h) => h.baseKey === request.baseKey && h.session === session).map((h) => h.key));

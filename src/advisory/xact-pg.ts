@@ -1,7 +1,8 @@
 import type pg from 'pg';
-import { pgSqlExecutor } from '../core/sql-executor.js';
+import { pgSqlExecutor } from '../core/index.js';
 import type { LockName } from '../keys.js';
 import {
+  forgetHeldKeys,
   tryXactLockWith,
   xactLockWith,
   type FencedXactLockOptions,
@@ -18,7 +19,7 @@ export function pgExecutor(client: pg.ClientBase): XactExecutor {
   return {
     ...sql,
     identity: client,
-    perTransaction: false,
+    perTransaction: followsTransactions(client),
     status() {
       // pg >= 8.16 reports the server's transaction status from its last ReadyForQuery.
       const s = typeof withStatus.getTransactionStatus === 'function' ? withStatus.getTransactionStatus() : null;
@@ -35,6 +36,25 @@ export function pgExecutor(client: pg.ClientBase): XactExecutor {
       if (typeof end === 'function') void Promise.resolve(end.call(client)).catch(() => {});
     },
   };
+}
+
+/** Clients whose transaction ends xactLock hears of. */
+const followed = new WeakSet<pg.ClientBase>();
+
+/**
+ * Forgets a client's transaction locks whenever PostgreSQL reports it idle (ReadyForQuery 'I': its
+ * transaction ended), before the statement that ended it resolves. Then no statement has to say which
+ * transaction it runs in. False where the driver does not expose its protocol messages (pg-native).
+ */
+function followsTransactions(client: pg.ClientBase): boolean {
+  if (followed.has(client)) return true;
+  const connection = (client as { connection?: { on?: (event: string, fn: (msg: { status?: string }) => void) => void } }).connection;
+  if (typeof connection?.on !== 'function') return false;
+  connection.on('readyForQuery', (msg) => {
+    if (msg?.status === 'I') forgetHeldKeys(client);
+  });
+  followed.add(client);
+  return true;
 }
 
 /**

@@ -1,4 +1,4 @@
-import { nextTokenExpr } from '../fencing/token-sql.js';
+import { nextTokenExpr } from '../fencing/index.js';
 
 /**
  * The SQL of transaction-scoped advisory locks. A blocking wait runs as one simple-protocol script
@@ -13,19 +13,23 @@ import { nextTokenExpr } from '../fencing/token-sql.js';
 export const SAVEPOINT = 'pgfence_xact_lock';
 
 /**
- * A single try. $1 key, $2 the start time of a transaction that already holds the key (or NULL).
- * In autocommit a lone statement starts its own transaction, so its two timestamps are equal.
+ * A single try, sent without parameters (the simple protocol: no Parse, Bind or Describe, one message
+ * each way), as cheap as a bare pg_try_advisory_xact_lock. `nestedIn`: the start time of a transaction
+ * that already holds the key (or null). `identify`: report the transaction's start time (`xact`), for
+ * callers that cannot tell one transaction from the next themselves. In autocommit a lone statement
+ * starts its own transaction, so its two timestamps are equal.
  */
-export function tryXactLockSql(shared: boolean, fenced: boolean): string {
-  const fn = shared ? 'pg_try_advisory_xact_lock_shared' : 'pg_try_advisory_xact_lock';
-  const tries = `SELECT t.in_xact, t.nested, CASE WHEN t.in_xact AND NOT t.nested THEN ${fn}($1::int8) END AS granted, t.xact
-FROM (SELECT transaction_timestamp() <> statement_timestamp() AS in_xact,
-             (extract(epoch FROM transaction_timestamp()) = $2::numeric) IS TRUE AS nested,
-             extract(epoch FROM transaction_timestamp())::text AS xact
-      OFFSET 0) AS t`;
-  if (!fenced) return `${tries}`;
+export function tryXactLockSql(opts: { key: bigint; shared: boolean; fenced: boolean; nestedIn: string | null; identify: boolean }): string {
+  const fn = opts.shared ? 'pg_try_advisory_xact_lock_shared' : 'pg_try_advisory_xact_lock';
+  const key = bigintLiteral(opts.key);
+  const inXact = 'transaction_timestamp() <> statement_timestamp()';
+  const nested = opts.nestedIn === null ? 'false' : `extract(epoch FROM transaction_timestamp()) = ${epochLiteral(opts.nestedIn)}`;
+  // Both timestamps are fixed for the statement: the conditions read the same wherever they are repeated.
+  const tries = `SELECT ${inXact} AS in_xact, ${nested} AS nested,
+  CASE WHEN ${inXact} AND NOT ${nested} THEN ${fn}(${key}) END AS granted${opts.identify ? ', extract(epoch FROM transaction_timestamp())::text AS xact' : ''}`;
+  if (!opts.fenced) return tries;
   // The token is issued only for a grant, in the caller's transaction: it commits with it.
-  return `SELECT g.*, CASE WHEN g.granted THEN ${nextTokenExpr('$1::int8')} END::text AS token FROM (${tries} OFFSET 0) AS g`;
+  return `SELECT g.*, CASE WHEN g.granted THEN ${nextTokenExpr(key)} END::text AS token FROM (${tries} OFFSET 0) AS g`;
 }
 
 /**

@@ -8,13 +8,12 @@ import {
   NotInTransactionError,
   schemaMissingError,
   TransactionAbortedError,
-} from '../errors.js';
+} from '../core/index.js';
 import { nameToBytes, resolveLock, type LockName, type LockTarget } from '../keys.js';
 import { abortSignal, booleanOption, durationMs, oneOf, optionKeys, optionsObject } from '../options.js';
-import { setLongTimeout } from '../core/signals.js';
-import type { SqlExecutor } from '../core/sql-executor.js';
-import { isConnectionLost, sqlState, SQLSTATE } from '../core/sqlstate.js';
-import type { LockMode } from '../core/vocabulary.js';
+import type { SqlExecutor } from '../core/index.js';
+import { isConnectionLost, sqlState, SQLSTATE } from '../core/index.js';
+import type { LockMode } from '../core/index.js';
 import { nextTokenSql, tryXactLockSql, undoWaitScript, waitXactLockScript } from './xact-sql.js';
 
 export interface XactLockOptions {
@@ -45,7 +44,10 @@ export interface FencedXactLockResult extends XactLockResult {
 export interface XactExecutor extends SqlExecutor {
   /** Kysely: the transaction object itself, new per transaction. node-postgres: the client. */
   readonly identity: object;
-  /** True when `identity` lives for exactly one transaction. */
+  /**
+   * True when the keys held under `identity` are those of the current transaction: it lives for exactly
+   * one transaction, or the executor calls forgetHeldKeys(identity) whenever a transaction ends.
+   */
   readonly perTransaction: boolean;
   /** The transaction status known without I/O. */
   status(): 'idle' | 'active' | 'failed' | 'unknown';
@@ -79,6 +81,11 @@ class NoAnswer {
 
 /** Keys held per transaction: identity -> key -> transaction start (epoch text, or '' when per-transaction). */
 const heldKeys = new WeakMap<object, Map<bigint, string>>();
+
+/** The transaction of `identity` has ended: every transaction lock it held is gone. */
+export function forgetHeldKeys(identity: object): void {
+  heldKeys.delete(identity);
+}
 
 interface Prepared {
   target: LockTarget;
@@ -121,7 +128,11 @@ function prepare(exec: XactExecutor, name: LockName, opts: XactLockOptions | und
  */
 export async function xactLockWith(exec: XactExecutor, name: LockName, opts?: XactLockOptions): Promise<XactLockResult> {
   const p = prepare(exec, name, opts, false);
-  const result = p.timeoutMs === 0 ? await tryOnce(exec, p) : await wait(exec, p);
+  const deadline = p.timeoutMs === Infinity ? Infinity : performance.now() + p.timeoutMs;
+  if (p.timeoutMs !== 0 && p.signal?.aborted) throw p.signal.reason;
+  // A free key costs one plain statement. Only a busy one waits, in the savepoint script: a statement
+  // that fails or times out while waiting is rolled back without the caller's transaction.
+  const result = (await tryOnce(exec, p)) ?? (p.timeoutMs === 0 ? null : await wait(exec, p, deadline));
   if (!result) throw new LockTimeoutError(p.target.name, p.target.key, p.timeoutMs);
   return result;
 }
@@ -132,9 +143,9 @@ export async function tryXactLockWith(exec: XactExecutor, name: LockName, opts?:
 }
 
 async function tryOnce(exec: XactExecutor, p: Prepared): Promise<XactLockResult | null> {
-  let rows: { in_xact: boolean; nested: boolean; granted: boolean | null; xact: string; token?: string | null }[];
+  let rows: { in_xact: boolean; nested: boolean; granted: boolean | null; xact?: string; token?: string | null }[];
   try {
-    rows = await answered(exec, 0, () => exec.query(tryXactLockSql(p.shared, p.fencing), [p.target.key, p.nestedIn]));
+    rows = await answered(exec, 0, () => exec.query(tryXactLockSql({ key: p.target.key, shared: p.shared, fenced: p.fencing, nestedIn: p.nestedIn, identify: !exec.perTransaction }), []));
   } catch (err) {
     throw translate(err, p);
   }
@@ -142,11 +153,10 @@ async function tryOnce(exec: XactExecutor, p: Prepared): Promise<XactLockResult 
   if (!row.in_xact) throw new NotInTransactionError();
   if (row.nested) throw new NestedLockError(p.target.name, p.target.key, p.target.name, p.target.key);
   if (!row.granted) return null;
-  return granted(exec, p, row.xact, row.token ?? null);
+  return granted(exec, p, row.xact ?? '', row.token ?? null);
 }
 
-async function wait(exec: XactExecutor, p: Prepared): Promise<XactLockResult | null> {
-  const deadline = p.timeoutMs === Infinity ? Infinity : performance.now() + p.timeoutMs;
+async function wait(exec: XactExecutor, p: Prepared, deadline: number): Promise<XactLockResult | null> {
   let first = true;
   for (;;) {
     if (p.signal?.aborted) {
@@ -221,24 +231,58 @@ function answered<T>(exec: XactExecutor, serverBoundMs: number, run: () => Promi
   const pending = run();
   if (serverBoundMs === Infinity) return pending; // asked to wait without bound
   const limitMs = serverBoundMs + ANSWER_GRACE_MS;
-  // One timer and no extra promise per statement: this runs on every xactLock.
   return new Promise<T>((resolve, reject) => {
-    const cancel = setLongTimeout(() => {
-      pending.catch(() => {}); // settles when the connection ends or the network heals; nobody waits for it
-      exec.abandon();
-      reject(new NoAnswer(limitMs, exec.abandonAdvice));
-    }, limitMs);
+    const watched: Watched = {
+      at: performance.now() + limitMs,
+      expire: () => {
+        pending.catch(() => {}); // settles when the connection ends or the network heals; nobody waits for it
+        exec.abandon();
+        reject(new NoAnswer(limitMs, exec.abandonAdvice));
+      },
+    };
+    watch(watched);
     pending.then(
       (value) => {
-        cancel();
+        inFlight.delete(watched);
         resolve(value);
       },
       (err: unknown) => {
-        cancel();
+        inFlight.delete(watched);
         reject(err);
       },
     );
   });
+}
+
+/**
+ * Statements in flight and when each is overdue, checked by one timer for all of them: arming and
+ * clearing a timer per statement costs about as much as a free key's whole statement.
+ */
+interface Watched {
+  at: number;
+  expire(): void;
+}
+const inFlight = new Set<Watched>();
+/** How late past its bound an unanswered statement may be noticed. */
+const WATCH_EVERY_MS = 100;
+let watchdog: NodeJS.Timeout | null = null;
+
+function watch(entry: Watched): void {
+  inFlight.add(entry);
+  if (watchdog) return;
+  watchdog = setInterval(() => {
+    const now = performance.now();
+    for (const e of inFlight) {
+      if (e.at > now) continue;
+      inFlight.delete(e);
+      e.expire();
+    }
+    if (inFlight.size === 0) {
+      clearInterval(watchdog!);
+      watchdog = null;
+    }
+  }, WATCH_EVERY_MS);
+  watchdog.unref(); // the statement's own socket keeps the process alive
 }
 
 function translate(err: unknown, p: Prepared): Error {

@@ -4,9 +4,9 @@
  */
 
 import pg from 'pg';
-import { withApplicationName } from '../cli/database.js';
+import { withApplicationName } from '../cli/index.js';
 import { createLocker, type Locker, type LockerOptions } from '../locker.js';
-import { openClient } from '../session/multi-host.js';
+import { openClient } from '../session/index.js';
 
 export interface BenchConfig {
   quick: boolean;

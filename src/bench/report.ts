@@ -1,6 +1,6 @@
 /** The bench's table rows for the usual shapes of comparison, and the table itself. */
 
-import { table } from '../cli/format.js';
+import { table } from '../cli/index.js';
 import type { BenchContext, Row } from './context.js';
 import { fmt, type Spread } from './stats.js';
 

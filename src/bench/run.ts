@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import { performance } from 'node:perf_hooks';
-import { redactUrl } from '../cli/database.js';
+import { redactUrl } from '../cli/index.js';
 import { migrate } from '../migrate/index.js';
 import { BenchContext, type BenchConfig } from './context.js';
 import { callers } from './measurements/callers.js';

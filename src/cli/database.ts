@@ -4,8 +4,8 @@
  * PGDATABASE, PGPASSWORD; PGSSLMODE applies to all three).
  */
 
-import { InvalidArgumentError } from '../errors.js';
-import { hasLibpqEnv, isUrl, resolveConnectionString } from '../session/connection-config.js';
+import { InvalidArgumentError } from '../core/index.js';
+import { hasLibpqEnv, isUrl, resolveConnectionString } from '../session/index.js';
 import type { FlagSpec, ParsedArgs } from './args.js';
 import { UsageError, stringFlag } from './args.js';
 

@@ -5,15 +5,15 @@
  */
 
 import pg from 'pg';
-import { openPool } from '../session/multi-host.js';
-import { inspectDatabase, type LockEntry, type LockReport } from '../observe/inspect.js';
-import { clientLike, detectPinning, type Pinning } from '../session/pooler-detection.js';
+import { openPool } from '../session/index.js';
+import { inspectDatabase, type LockEntry, type LockReport } from '../observe/index.js';
+import { clientLike, detectPinning, type Pinning } from '../session/index.js';
 import { booleanFlag, formatMs, numberFlag, type ParsedArgs } from './args.js';
 import { noPositionals, runCommand, type CommandSpec } from './command.js';
 import { databaseFlag, databaseHelp, databaseUrl, withApplicationName } from './database.js';
 import { EXIT } from './exit-codes.js';
-import { toJson } from '../core/json.js';
-import { sleep } from '../core/signals.js';
+import { toJson } from '../core/index.js';
+import { sleep } from '../core/index.js';
 import { ago, clip, errorText, shortDuration, table } from './format.js';
 
 const DEFAULT_INTERVAL_MS = 2000;

@@ -1,4 +1,4 @@
-import type { LockLostError } from '../errors.js';
+import type { LockLostError } from './errors.js';
 import type { LockKind, LockMode } from './vocabulary.js';
 
 /** A held lock. Release it (or let `await using` do so); watch `signal` to learn of its loss. */

@@ -4,8 +4,8 @@
  * this interface. The Kysely adapter is in src/kysely/, so that only pgfence/kysely loads kysely.
  */
 import type pg from 'pg';
-import { InvalidArgumentError } from '../errors.js';
-import { describeType } from '../keys.js';
+import { InvalidArgumentError } from './errors.js';
+import { describeType } from './describe-type.js';
 
 export interface SqlExecutor {
   /** One parameterised statement: its rows. */

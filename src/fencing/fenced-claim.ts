@@ -1,5 +1,5 @@
-import type { SqlExecutor } from '../core/sql-executor.js';
-import { InvalidArgumentError } from '../errors.js';
+import type { SqlExecutor } from '../core/index.js';
+import { InvalidArgumentError } from '../core/index.js';
 import { optionKeys, optionsObject } from '../options.js';
 import { guardedTarget, staleFromTrigger, type GuardedCounts } from './fenced-update.js';
 

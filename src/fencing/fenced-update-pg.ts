@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { pgSqlExecutor } from '../core/sql-executor.js';
+import { pgSqlExecutor } from '../core/index.js';
 import { fencedClaimWith, type FencedClaimResult, type FencedClaimSpec } from './fenced-claim.js';
 import { fencedUpdateWith, type FencedUpdateResult, type FencedUpdateSpec } from './fenced-update.js';
 

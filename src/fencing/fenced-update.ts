@@ -1,7 +1,7 @@
-import type { SqlExecutor } from '../core/sql-executor.js';
-import { sqlState, SQLSTATE } from '../core/sqlstate.js';
-import { InvalidArgumentError, StaleTokenError } from '../errors.js';
-import { describeType } from '../keys.js';
+import type { SqlExecutor } from '../core/index.js';
+import { sqlState, SQLSTATE } from '../core/index.js';
+import { InvalidArgumentError, StaleTokenError } from '../core/index.js';
+import { describeType } from '../core/index.js';
 import { optionKeys, optionsObject } from '../options.js';
 import { quoteColumn, quoteTable } from './identifiers.js';
 

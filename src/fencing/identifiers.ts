@@ -1,5 +1,5 @@
-import { InvalidArgumentError } from '../errors.js';
-import { describeType } from '../keys.js';
+import { InvalidArgumentError } from '../core/index.js';
+import { describeType } from '../core/index.js';
 
 /** Plain SQL identifiers only: anything else (quotes, spaces, semicolons) is refused, never escaped. */
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_$]*$/;

@@ -1,11 +1,11 @@
 import { sql, type UpdateQueryBuilder } from 'kysely';
-import { InvalidArgumentError } from '../errors.js';
-import { describeType } from '../keys.js';
+import { InvalidArgumentError } from '../core/index.js';
+import { describeType } from '../core/index.js';
 import { optionKeys, optionsObject } from '../options.js';
-import { checkToken, DEFAULT_FENCING_COLUMN, fencedUpdateWith, type FencedUpdateResult, type FencedUpdateSpec } from '../fencing/fenced-update.js';
-import { fencedClaimWith, type FencedClaimResult, type FencedClaimSpec } from '../fencing/fenced-claim.js';
-import { fencingColumnSql, type FencingColumnOptions } from '../fencing/fencing-column.js';
-import { bareIdentifier, quoteColumn } from '../fencing/identifiers.js';
+import { checkToken, DEFAULT_FENCING_COLUMN, fencedUpdateWith, type FencedUpdateResult, type FencedUpdateSpec } from '../fencing/index.js';
+import { fencedClaimWith, type FencedClaimResult, type FencedClaimSpec } from '../fencing/index.js';
+import { fencingColumnSql, type FencingColumnOptions } from '../fencing/index.js';
+import { bareIdentifier, quoteColumn } from '../fencing/index.js';
 import { kyselySqlExecutor, type AnyKysely } from './sql-executor.js';
 
 /**

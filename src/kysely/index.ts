@@ -9,10 +9,10 @@ import {
   type XactExecutor,
   type XactLockOptions,
   type XactLockResult,
-} from '../advisory/xact.js';
-import { doomTransactionSql } from '../advisory/xact-sql.js';
+} from '../advisory/index.js';
+import { doomTransactionSql } from '../advisory/index.js';
 
-export type { FencedXactLockOptions, FencedXactLockResult, XactLockOptions, XactLockResult } from '../advisory/xact.js';
+export type { FencedXactLockOptions, FencedXactLockResult, XactLockOptions, XactLockResult } from '../advisory/index.js';
 
 // Any database schema: the lock statements touch none of the caller's tables.
 type AnyTransaction = Transaction<any> | Kysely<any>;
@@ -62,7 +62,7 @@ export async function tryXactLock(
 }
 
 export { addFencingColumn, fenced, fencedClaim, fencedUpdate } from './fencing.js';
-export type { FencedUpdateResult, FencedUpdateSpec } from '../fencing/fenced-update.js';
-export type { FencedClaimResult, FencedClaimSpec } from '../fencing/fenced-claim.js';
-export type { FencingColumnOptions } from '../fencing/fencing-column.js';
+export type { FencedUpdateResult, FencedUpdateSpec } from '../fencing/index.js';
+export type { FencedClaimResult, FencedClaimSpec } from '../fencing/index.js';
+export type { FencingColumnOptions } from '../fencing/index.js';
 export { pgfenceMigrations, type PgfenceMigration, type PgfenceMigrationProvider } from './migrations.js';

@@ -1,6 +1,6 @@
-import type { SqlExecutor } from '../core/sql-executor.js';
-import { planDefinitionMigrations, readDefinitionLog } from '../migrate/definition-sets.js';
-import { readMigrationSet, type MigrationFile, type MigrationFolders, type MigrationSet } from '../migrate/files.js';
+import type { SqlExecutor } from '../core/index.js';
+import { planDefinitionMigrations, readDefinitionLog } from '../migrate/index.js';
+import { readMigrationSet, type MigrationFile, type MigrationFolders, type MigrationSet } from '../migrate/index.js';
 import {
   applyDefinition,
   applyMigration,
@@ -9,9 +9,9 @@ import {
   assertNoEditedMigrations,
   changedDefinitions,
   ensureHistoryTables,
-} from '../migrate/history.js';
-import { lockMigrationsForTransaction, MIGRATION_LOCK_TIMEOUT_MS } from '../migrate/lock.js';
-import { packageFolders } from '../migrate/package-folders.js';
+} from '../migrate/index.js';
+import { lockMigrationsForTransaction, MIGRATION_LOCK_TIMEOUT_MS } from '../migrate/index.js';
+import { packageFolders } from '../migrate/index.js';
 import { kyselySqlExecutor, type AnyKysely } from './sql-executor.js';
 
 /**

@@ -1,12 +1,12 @@
-import { anySignal } from '../core/signals.js';
+import { anySignal } from '../core/index.js';
 import { EventEmitter } from 'node:events';
-import type { LockerContext } from '../core/context.js';
-import type { LockHandle } from '../core/handle.js';
-import type { LockLostReason } from '../core/vocabulary.js';
-import { InvalidArgumentError, LockerClosedError, PgfenceError, type LockLostError } from '../errors.js';
+import type { LockerContext } from '../locker-parts.js';
+import type { LockHandle } from '../core/index.js';
+import type { LockLostReason } from '../core/index.js';
+import { InvalidArgumentError, LockerClosedError, PgfenceError, type LockLostError } from '../core/index.js';
 import { internalKey, type LockName, type LockTarget } from '../keys.js';
 import { abortSignal, optionKeys, optionsObject } from '../options.js';
-import type { Logger } from '../observe/logger.js';
+import type { Logger } from '../observe/index.js';
 import type { LeaseHandle } from './lease-manager.js';
 import { LEADER_OPTION_KEYS, leaseRequest, type LeaseOptions } from './lease-options.js';
 

@@ -1,15 +1,17 @@
-import type { LockLostReason } from '../core/vocabulary.js';
-import { LockLostError, LockUnavailableError, PgfenceError, schemaMissingError } from '../errors.js';
+import type { LockLostReason } from '../core/index.js';
+import { LockLostError, LockUnavailableError, PgfenceError, schemaMissingError } from '../core/index.js';
 import type { LockTarget } from '../keys.js';
-import type { Observer } from '../observe/observer.js';
-import { setLongTimeout } from '../core/signals.js';
-import type { ConnectionSource } from '../session/connection-source.js';
-import type { ReleaseListener } from '../session/listener.js';
-import type { Session } from '../session/session.js';
-import type { SessionPool } from '../session/session-pool.js';
-import { BaseHandle, type LockHandle } from '../core/handle.js';
-import { closedError, WaitLines, type Attempt } from '../advisory/wait-line.js';
-import { acquireLeaseSql, releaseLeaseSql, renewLeaseSql } from './lease-sql.js';
+import type { Observer } from '../observe/index.js';
+import { setLongTimeout } from '../core/index.js';
+import type { ConnectionSource } from '../session/index.js';
+import type { ReleaseListener } from '../session/index.js';
+import type { Session } from '../session/index.js';
+import type { SessionPool } from '../session/index.js';
+import { BaseHandle, type LockHandle } from '../core/index.js';
+import type { Attempt } from '../wait/index.js';
+import { closedError, WaitLines } from '../wait/index.js';
+import { leaseStatements } from './lease-sql.js';
+import { runStatement } from './lease-statements.js';
 
 export interface LeaseRequest {
   target: LockTarget;
@@ -48,7 +50,7 @@ interface AcquireRow {
 /**
  * Table-backed leases of one locker. A lease is taken by one statement that checks expiry on the
  * database clock and issues the fencing token in the same transaction. Local waiters line up per key
- * (WaitLine); the head looks at the lease (a busy check writes nothing) when a release is announced,
+ * (src/wait); the head looks at the lease (a busy check writes nothing) when a release is announced,
  * when the current lease is due to expire, or at its poll.
  */
 export class LeaseManager {
@@ -96,10 +98,9 @@ export class LeaseManager {
 
   /** @internal */ renew(handle: LeaseHandleImpl): Promise<'renewed' | LockLostReason | 'unavailable'> {
     const sentAt = performance.now();
-    return this.source.pool
-      .query<{ expires_at: Date | null; current_token: string | null }>(renewLeaseSql, [handle.key, handle.token, handle.ttlMs])
+    return runStatement<{ expires_at: Date | null; current_token: string | null }>(this.source.pool, leaseStatements.renew, [handle.key, handle.token, handle.ttlMs])
       .then(
-        ({ rows }) => {
+        (rows) => {
           const row = rows[0]!;
           if (row.expires_at) {
             handle.renewed(sentAt, row.expires_at);
@@ -116,7 +117,7 @@ export class LeaseManager {
     handle.stopTimers();
     this.observer.released(handle);
     try {
-      const { rows } = await this.source.pool.query<{ released: boolean }>(releaseLeaseSql, [handle.key, handle.token, handle.minHoldMs]);
+      const rows = await runStatement<{ released: boolean }>(this.source.pool, leaseStatements.release, [handle.key, handle.token, handle.minHoldMs]);
       if (!rows[0]!.released) this.lostOnRelease(handle, new Error('the lease was no longer this holder’s'));
       return rows[0]!.released;
     } catch (err) {
@@ -149,14 +150,14 @@ export class LeaseManager {
     const sentAt = performance.now();
     let row: AcquireRow;
     try {
-      const res = await this.source.pool.query<AcquireRow>(acquireLeaseSql, [
+      const rows = await runStatement<AcquireRow>(this.source.pool, leaseStatements.acquire, [
         target.key,
         target.name,
         owner,
         ttlMs,
         data === undefined ? null : JSON.stringify(data),
       ]);
-      row = res.rows[0]!;
+      row = rows[0]!;
     } catch (err) {
       throw (
         schemaMissingError(err) ??

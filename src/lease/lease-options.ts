@@ -1,7 +1,8 @@
-import type { LockerContext } from '../core/context.js';
-import { InvalidArgumentError } from '../errors.js';
+import type { LockerContext } from '../locker-parts.js';
+import { InvalidArgumentError } from '../core/index.js';
 import { resolveLock, type LockName } from '../keys.js';
-import { abortSignal, booleanOption, describeType, durationMs, optionKeys, optionsObject, singleAttempt } from '../options.js';
+import { abortSignal, booleanOption, durationMs, optionKeys, optionsObject, singleAttempt } from '../options.js';
+import { describeType } from '../core/index.js';
 import type { LeaseRequest } from './lease-manager.js';
 
 export interface LeaseOptions<D = unknown> {

@@ -1,4 +1,4 @@
-import { notifyIfWaiters } from '../advisory/marker-sql.js';
+import { notifyIfWaiters } from '../wait/index.js';
 
 /**
  * The SQL of leases. Taking a lease is pgfence.lease_acquire (sql/leases.sql): it issues the fencing
@@ -39,3 +39,10 @@ export const releaseLeaseSql = `WITH released AS (
 SELECT r.freed IS NOT NULL AS released,
        ${notifyIfWaiters('$1::int8', { released: '(r.freed IS TRUE)', asyncCommit: false })} AS notified
 FROM (SELECT 1) AS one LEFT JOIN released AS r ON true`;
+
+/** The lease statements with their names: prepared once per direct connection (see lease-statements.ts). */
+export const leaseStatements = {
+  acquire: { name: 'pgfence_lease_acquire', text: acquireLeaseSql },
+  renew: { name: 'pgfence_lease_renew', text: renewLeaseSql },
+  release: { name: 'pgfence_lease_release', text: releaseLeaseSql },
+} as const;

@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { PgfenceError } from '../errors.js';
+import { PgfenceError } from '../core/index.js';
 import { sha256Hex, type DefinitionFile, type MigrationFile } from './files.js';
 
 /**

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { PgfenceError } from '../errors.js';
+import { PgfenceError } from '../core/index.js';
 
 /** Where a run reads its files from: pgfence's own folders, or fixtures in tests. */
 export interface MigrationFolders {

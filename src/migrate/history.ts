@@ -1,5 +1,5 @@
-import type { SqlExecutor } from '../core/sql-executor.js';
-import { PgfenceError } from '../errors.js';
+import type { SqlExecutor } from '../core/index.js';
+import { PgfenceError } from '../core/index.js';
 import type { DefinitionFile, MigrationFile } from './files.js';
 import {
   appliedDefinitionsSql,

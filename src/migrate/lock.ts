@@ -1,6 +1,6 @@
-import { PgfenceError } from '../errors.js';
-import type { SqlExecutor } from '../core/sql-executor.js';
-import { isLockNotAvailable } from '../core/sqlstate.js';
+import { PgfenceError } from '../core/index.js';
+import type { SqlExecutor } from '../core/index.js';
+import { isLockNotAvailable } from '../core/index.js';
 import { internalKey } from '../keys.js';
 import { lockSessionSql, lockTransactionSql, unlockSessionSql } from './migrate-sql.js';
 

@@ -1,6 +1,6 @@
 import type pg from 'pg';
-import { pgSqlExecutor, type SqlExecutor } from '../core/sql-executor.js';
-import { LockUnavailableError, PgfenceError } from '../errors.js';
+import { pgSqlExecutor, type SqlExecutor } from '../core/index.js';
+import { LockUnavailableError, PgfenceError } from '../core/index.js';
 import { readMigrationSet, type MigrationFolders, type MigrationSet } from './files.js';
 import {
   applyDefinition,

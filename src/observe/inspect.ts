@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import type { LockMode } from '../core/vocabulary.js';
+import type { LockMode } from '../core/index.js';
 import { activeLeasesSql, databaseClockSql, locksWithNamesSql, locksWithoutNamesSql, replicationSql } from './inspect-sql.js';
 
 /** One advisory lock held or awaited by some backend of the database. */

@@ -1,4 +1,4 @@
-import { withBigintsAsStrings } from '../core/json.js';
+import { withBigintsAsStrings } from '../core/index.js';
 
 /** The logger shape pgfence writes to: pino's and console's both fit. */
 export interface Logger {

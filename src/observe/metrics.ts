@@ -1,4 +1,4 @@
-import type { LockEventInfo } from '../core/vocabulary.js';
+import type { LockEventInfo } from '../core/index.js';
 import type { AcquiredEvent, BounceEvent, ContentionEvent, LostEvent, ReleasedEvent, TimeoutEvent } from './events.js';
 
 /**

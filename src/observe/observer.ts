@@ -1,6 +1,6 @@
 import type { EventEmitter } from 'node:events';
-import type { HeldLockInfo, LockEventInfo, LockLostReason } from '../core/vocabulary.js';
-import type { LockLostError } from '../errors.js';
+import type { HeldLockInfo, LockEventInfo, LockLostReason } from '../core/index.js';
+import type { LockLostError } from '../core/index.js';
 import type { AcquiredEvent, BounceEvent, ContentionEvent, LockerEvents, LockerStats, LostEvent, ReleasedEvent, TimeoutEvent } from './events.js';
 import { type Logger, silentLogger } from './logger.js';
 import { createInstruments, type Meter, type MeterInstruments } from './metrics.js';

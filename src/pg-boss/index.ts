@@ -6,11 +6,11 @@
  * 10 and 12 (both tested) and 11 have.
  */
 import { InvalidArgumentError, PgfenceError, type FencedLockHandle, type Locker, type LockHandle, type LockLostError } from '../index.js';
-import { reportBounce, type BounceReporter } from '../observe/observer.js';
-import { runHolding } from '../advisory/nesting.js';
-import { jsonCompatible } from '../core/json.js';
-import { anySignal, setLongTimeout } from '../core/signals.js';
-import { describeType } from '../keys.js';
+import { reportBounce, type BounceReporter } from '../observe/index.js';
+import { runHolding } from '../advisory/index.js';
+import { jsonCompatible } from '../core/index.js';
+import { anySignal, setLongTimeout } from '../core/index.js';
+import { describeType } from '../core/index.js';
 import { booleanOption, callback, durationMs, objectOption, optionKeys, optionsObject } from '../options.js';
 
 /** A job as pg-boss hands it to a worker (with `includeMetadata`, it carries more fields). */

@@ -7,12 +7,25 @@
  */
 
 import type pg from 'pg';
-import { InvalidArgumentError } from '../errors.js';
-import type { ConnectionTargets, HostPort, TargetSessionAttrs } from './multi-host.js';
+import { InvalidArgumentError } from '../core/index.js';
 
 type Env = Record<string, string | undefined>;
 
 /** The PG* variables that say where the database is (PGSSLMODE, PGAPPNAME only say how). */
+export type TargetSessionAttrs = 'any' | 'read-write' | 'primary';
+
+export interface HostPort {
+  host: string;
+  port: number | undefined;
+}
+
+export interface ConnectionTargets {
+  hosts: HostPort[];
+  targetSessionAttrs: TargetSessionAttrs;
+  /** A single-host URL (the first host, without target_session_attrs) for everything else in the string. */
+  baseUrl: string;
+}
+
 export const LIBPQ_ENV = ['PGHOST', 'PGPORT', 'PGUSER', 'PGDATABASE', 'PGPASSWORD'] as const;
 
 /** Keywords node-postgres honours; the other libpq keywords are refused rather than ignored. */

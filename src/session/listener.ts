@@ -1,6 +1,6 @@
-import { withDeadline } from '../core/signals.js';
+import { withDeadline } from '../core/index.js';
 import type pg from 'pg';
-import type { Logger } from '../observe/logger.js';
+import type { Logger } from '../observe/index.js';
 import type { ConnectionSource, PinnedConnection } from './connection-source.js';
 
 /** The channel releases NOTIFY when someone waits (the payload is the key); the listener LISTENs on it. */

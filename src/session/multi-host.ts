@@ -7,21 +7,7 @@
  * 'primary' take the first host not in recovery, 'read-write' also skips a read-only primary.
  */
 import pg from 'pg';
-import { connectionConfig, connectionTargets } from './connection-config.js';
-
-export type TargetSessionAttrs = 'any' | 'read-write' | 'primary';
-
-export interface HostPort {
-  host: string;
-  port: number | undefined;
-}
-
-export interface ConnectionTargets {
-  hosts: HostPort[];
-  targetSessionAttrs: TargetSessionAttrs;
-  /** A single-host URL (the first host, without target_session_attrs) for everything else in the string. */
-  baseUrl: string;
-}
+import { connectionConfig, connectionTargets, type ConnectionTargets, type HostPort, type TargetSessionAttrs } from './connection-config.js';
 
 /** A connection reached a host that does not fit (a standby, or a host that went away): try again. */
 export class WrongHostError extends Error {

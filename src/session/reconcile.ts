@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { LockUnavailableError, schemaMissingError } from '../errors.js';
+import { LockUnavailableError, schemaMissingError } from '../core/index.js';
 import type { OpStatements } from './op-statements.js';
 
 /**

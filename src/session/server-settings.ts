@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import type { Logger } from '../observe/logger.js';
+import type { Logger } from '../observe/index.js';
 
 /**
  * Server-side dead-client detection and timeouts for pinned connections (sessions, the waiter

@@ -1,5 +1,5 @@
-import { LockerClosedError } from '../errors.js';
-import type { Logger } from '../observe/logger.js';
+import { LockerClosedError } from '../core/index.js';
+import type { Logger } from '../observe/index.js';
 import type { ConnectionSource } from './connection-source.js';
 import type { OpStatements } from './op-statements.js';
 import { Session, type StatementText } from './session.js';

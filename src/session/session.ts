@@ -1,7 +1,7 @@
 import type pg from 'pg';
-import { LockUnavailableError } from '../errors.js';
-import type { Logger } from '../observe/logger.js';
-import { isConnectionLost } from '../core/sqlstate.js';
+import { LockUnavailableError } from '../core/index.js';
+import type { Logger } from '../observe/index.js';
+import { isConnectionLost } from '../core/index.js';
 import type { ConnectionSource, PinnedConnection } from './connection-source.js';
 import type { OpStatements } from './op-statements.js';
 import { isSchemaGone, statementFailure, undoFailedBatch } from './reconcile.js';

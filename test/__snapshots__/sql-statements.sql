@@ -392,33 +392,25 @@ SELECT r.freed IS NOT NULL AS released,
     ELSE 3 + (pg_notify('pgfence_release', $1::int8::text) IS NULL)::int END AS notified
 FROM (SELECT 1) AS one LEFT JOIN released AS r ON true;
 
--- xact lock: try exclusive
-SELECT t.in_xact, t.nested, CASE WHEN t.in_xact AND NOT t.nested THEN pg_try_advisory_xact_lock($1::int8) END AS granted, t.xact
-FROM (SELECT transaction_timestamp() <> statement_timestamp() AS in_xact,
-             (extract(epoch FROM transaction_timestamp()) = $2::numeric) IS TRUE AS nested,
-             extract(epoch FROM transaction_timestamp())::text AS xact
-      OFFSET 0) AS t;
+-- xact lock: try exclusive, key 42
+SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, false AS nested,
+  CASE WHEN transaction_timestamp() <> statement_timestamp() AND NOT false THEN pg_try_advisory_xact_lock(42::int8) END AS granted;
 
--- xact lock: try exclusive, fenced
-SELECT g.*, CASE WHEN g.granted THEN pgfence.next_token($1::int8) END::text AS token FROM (SELECT t.in_xact, t.nested, CASE WHEN t.in_xact AND NOT t.nested THEN pg_try_advisory_xact_lock($1::int8) END AS granted, t.xact
-FROM (SELECT transaction_timestamp() <> statement_timestamp() AS in_xact,
-             (extract(epoch FROM transaction_timestamp()) = $2::numeric) IS TRUE AS nested,
-             extract(epoch FROM transaction_timestamp())::text AS xact
-      OFFSET 0) AS t OFFSET 0) AS g;
+-- xact lock: try exclusive, fenced, key 42
+SELECT g.*, CASE WHEN g.granted THEN pgfence.next_token(42::int8) END::text AS token FROM (SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, false AS nested,
+  CASE WHEN transaction_timestamp() <> statement_timestamp() AND NOT false THEN pg_try_advisory_xact_lock(42::int8) END AS granted OFFSET 0) AS g;
 
--- xact lock: try shared
-SELECT t.in_xact, t.nested, CASE WHEN t.in_xact AND NOT t.nested THEN pg_try_advisory_xact_lock_shared($1::int8) END AS granted, t.xact
-FROM (SELECT transaction_timestamp() <> statement_timestamp() AS in_xact,
-             (extract(epoch FROM transaction_timestamp()) = $2::numeric) IS TRUE AS nested,
-             extract(epoch FROM transaction_timestamp())::text AS xact
-      OFFSET 0) AS t;
+-- xact lock: try shared, key 42
+SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, false AS nested,
+  CASE WHEN transaction_timestamp() <> statement_timestamp() AND NOT false THEN pg_try_advisory_xact_lock_shared(42::int8) END AS granted;
 
--- xact lock: try shared, fenced
-SELECT g.*, CASE WHEN g.granted THEN pgfence.next_token($1::int8) END::text AS token FROM (SELECT t.in_xact, t.nested, CASE WHEN t.in_xact AND NOT t.nested THEN pg_try_advisory_xact_lock_shared($1::int8) END AS granted, t.xact
-FROM (SELECT transaction_timestamp() <> statement_timestamp() AS in_xact,
-             (extract(epoch FROM transaction_timestamp()) = $2::numeric) IS TRUE AS nested,
-             extract(epoch FROM transaction_timestamp())::text AS xact
-      OFFSET 0) AS t OFFSET 0) AS g;
+-- xact lock: try shared, fenced, key 42
+SELECT g.*, CASE WHEN g.granted THEN pgfence.next_token(42::int8) END::text AS token FROM (SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, false AS nested,
+  CASE WHEN transaction_timestamp() <> statement_timestamp() AND NOT false THEN pg_try_advisory_xact_lock_shared(42::int8) END AS granted OFFSET 0) AS g;
+
+-- xact lock: try exclusive, key -7, nested check, identifying the transaction (a client without protocol events)
+SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, extract(epoch FROM transaction_timestamp()) = 1700000000.123456::numeric AS nested,
+  CASE WHEN transaction_timestamp() <> statement_timestamp() AND NOT extract(epoch FROM transaction_timestamp()) = 1700000000.123456::numeric THEN pg_try_advisory_xact_lock(-7::int8) END AS granted, extract(epoch FROM transaction_timestamp())::text AS xact;
 
 -- xact lock: first wait slice, exclusive, fenced, key 42, 1500 ms
 SAVEPOINT pgfence_xact_lock;

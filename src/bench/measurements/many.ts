@@ -9,7 +9,7 @@
  */
 
 import { performance } from 'node:perf_hooks';
-import type { LockHandle } from '../../core/handle.js';
+import type { LockHandle } from '../../core/index.js';
 import { lockKey } from '../../keys.js';
 import type { BenchContext } from '../context.js';
 import { atMost, timeRow } from '../report.js';

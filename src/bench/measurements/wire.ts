@@ -7,7 +7,7 @@
  */
 
 import type pg from 'pg';
-import { xactLock } from '../../advisory/xact-pg.js';
+import { xactLock } from '../../advisory/index.js';
 import { lockKey } from '../../keys.js';
 import { createLocker } from '../../locker.js';
 import { bareCycle, SQL, type BenchContext } from '../context.js';

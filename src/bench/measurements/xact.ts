@@ -3,7 +3,7 @@
  * transaction with a bare pg_advisory_xact_lock, on one client each.
  */
 
-import { xactLock } from '../../advisory/xact-pg.js';
+import { xactLock } from '../../advisory/index.js';
 import { lockKey } from '../../keys.js';
 import { SQL, type BenchContext } from '../context.js';
 import { atLeast, rateRow } from '../report.js';

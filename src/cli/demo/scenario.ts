@@ -4,7 +4,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
 import { lockKey } from '../../index.js';
-import { sleep, TIMED_OUT, within } from '../../core/signals.js';
+import { sleep, TIMED_OUT, within } from '../../core/index.js';
 import { parseEvent, type WorkerCommand, type WorkerConfig, type WorkerEvent } from './protocol.js';
 import type { DemoRecord, Holding } from './record.js';
 import { CONTROL_TABLE, FENCED_TABLE, leaseExpiry, readCounters, ROW_ID } from './tables.js';

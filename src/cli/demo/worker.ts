@@ -12,7 +12,7 @@ import { existsSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
-import { within } from '../../core/signals.js';
+import { within } from '../../core/index.js';
 import { createLocker, fencedUpdate, LockLostError, type LeaseHandle } from '../../index.js';
 import type { ControlOutcome, FencedOutcome, WorkerCommand, WorkerConfig, WorkerEvent } from './protocol.js';
 

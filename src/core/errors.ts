@@ -1,6 +1,6 @@
-import { bigintAsString } from './core/json.js';
-import { isSchemaMissing, sqlState, SQLSTATE } from './core/sqlstate.js';
-import type { LockLostReason } from './core/vocabulary.js';
+import { bigintAsString } from './json.js';
+import { isSchemaMissing, sqlState, SQLSTATE } from './sqlstate.js';
+import type { LockLostReason } from './vocabulary.js';
 
 /** Every `code` a PgfenceError can carry, for exhaustive switches (also at run time, for checks). */
 export const PGFENCE_ERROR_CODES = [

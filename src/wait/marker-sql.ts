@@ -1,4 +1,4 @@
-import { NOTIFY_CHANNEL } from '../session/listener.js';
+import { NOTIFY_CHANNEL } from '../session/index.js';
 
 /**
  * Waiter markers and wake-ups, shared by session locks, semaphores and leases.
@@ -19,8 +19,21 @@ export const loOf = (k: string) => `((${k} & 4294967295) - ((${k} & 2147483648) 
  */
 export const noOtherWaiters = (hi: string, lo: string) => `pg_try_advisory_lock(${hi}, ${lo}) AND pg_advisory_unlock(${hi}, ${lo})`;
 
-/** Registers this session's marker: 0 = registered, 2 = registration failed. */
-export const registerMarker = (hi: string, lo: string) => `CASE WHEN pg_try_advisory_lock_shared(${hi}, ${lo}) THEN 0 ELSE 2 END`;
+/** Bit of a result: the marker registration collided with a release's probe (register again soon). */
+export const MARKER_FAILED = 2;
+
+/** Registers this session's marker: 0 = registered, 2 (MARKER_FAILED) = registration failed. */
+export const registerMarker = (hi: string, lo: string) => `CASE WHEN pg_try_advisory_lock_shared(${hi}, ${lo}) THEN 0 ELSE ${MARKER_FAILED} END`;
+
+/**
+ * The marker operations' codes in a session's op table (the advisory op table includes them), for a
+ * wait line that announces a waiter on the key's session: register answers as registerMarker, unregister
+ * 1 when the marker was held.
+ */
+export const MarkerOp = { unregister: 9, register: 10 } as const;
+
+/** Whether a marker registration (or an op that registers one) took. */
+export const markerRegistered = (result: number): boolean => (result & MARKER_FAILED) === 0;
 
 /**
  * Wakes the waiters of key k after a release: 0 = `released` was false (nothing to announce), 1 = no

@@ -1,0 +1,111 @@
+import { LockUnavailableError, PgfenceError, schemaMissingError } from '../core/index.js';
+import { blockingLockSql, heldBySessionSql, Op } from './advisory-sql.js';
+import type { Session } from '../session/index.js';
+import { SessionLostError, WITHDRAWN } from '../session/index.js';
+import type { SessionPool } from '../session/index.js';
+import type { Attempt } from '../wait/index.js';
+import type { AcquireRequest, AdvisoryLockHandle } from './advisory-lock.js';
+import { decodeBlockResult } from './op-result.js';
+
+/** The key a blocking wait is for, as its per-key lock state lets the wait report a grant. */
+export interface BlockedKey {
+  readonly key: bigint;
+  /** The wait was granted on `session`: the key is held there, and the request gets its handle. */
+  taken(request: AcquireRequest, session: Session, token: bigint | null): AdvisoryLockHandle;
+}
+
+/** After a blocking wait ended without a grant, the waiter looks again this soon. */
+const LOOK_AGAIN_MS = 1;
+
+/**
+ * The blocking waits of one locker, on its single waiter session: blocked in pg_advisory_lock,
+ * PostgreSQL queues the waiter FIFO and grants it the moment the lock is released, and a blocked
+ * waiter makes every other try fail, so nobody barges. One key at a time; the others announce
+ * themselves and poll, so waiters for distinct keys never each pin a connection.
+ */
+export class BlockingWait {
+  /** A wait is in flight on the waiter session. */
+  active = false;
+
+  constructor(
+    private readonly sessions: SessionPool,
+    /** Extra time a blocked wait's answer may take beyond its lock_timeout. */
+    private readonly deadlineMs: number,
+    private readonly closed: () => boolean,
+    /** A lock of this locker lives on the waiter session (a wait must never block a release). */
+    private readonly holdsOnWaiterSession: () => boolean,
+  ) {}
+
+  /** Waits for `request`'s key for at most remainingMs, or null when the waiter session is not free. */
+  block(lock: BlockedKey, request: AcquireRequest, remainingMs: number, cancel: AbortSignal): Promise<Attempt<AdvisoryLockHandle>> | null {
+    if (this.active || this.closed() || this.holdsOnWaiterSession()) return null;
+    let session: Session;
+    try {
+      session = this.sessions.waiterSession();
+    } catch {
+      return null;
+    }
+    this.active = true;
+    // Takes the statement back while it has not been sent (a server-side cancel cannot reach it yet).
+    const withdraw = new AbortController();
+    const onCancel = () => {
+      withdraw.abort();
+      void this.sessions.cancel(session);
+    };
+    cancel.addEventListener('abort', onCancel, { once: true });
+    const { mode, fencing } = request;
+    const lockTimeout = remainingMs === Infinity ? '0' : `${Math.max(1, Math.ceil(remainingMs))}ms`;
+    const ended = () => {
+      this.active = false;
+      cancel.removeEventListener('abort', onCancel);
+    };
+    return session
+      .statement<{ r: number; waited: boolean; token: string | null }>(
+        (guarded) => blockingLockSql(mode === 'shared', fencing, guarded), // prepared: one per flavour
+        [lock.key, lockTimeout],
+        { deadlineMs: remainingMs + this.deadlineMs, withdraw: withdraw.signal },
+      )
+      .then(
+        (rows) => {
+          ended();
+          // Its try found the key busy: contention (for a wait that skipped a try of its own, reported now).
+          const contended = rows[0]?.waited === true;
+          // Granted, but a lease of the name was taken meanwhile: the statement gave the key back.
+          if (decodeBlockResult(rows[0]?.r).leaseHeld) return { busy: true as const, leaseHeld: true, contended };
+          const token = rows[0]?.token;
+          return { granted: lock.taken(request, session, token ? BigInt(token) : null), contended };
+        },
+        (err: unknown) => {
+          ended();
+          return this.failed(lock, request, session, err);
+        },
+      );
+  }
+
+  private async failed(lock: BlockedKey, request: AcquireRequest, session: Session, err: unknown): Promise<Attempt<AdvisoryLockHandle>> {
+    const lookAgain = { busy: true as const, retryInMs: LOOK_AGAIN_MS };
+    const code = (err as { code?: unknown })?.code;
+    // Taken back before it was sent: it never waited, and holds nothing.
+    if (code === WITHDRAWN) return lookAgain;
+    const unlockOp = request.mode === 'shared' ? Op.unlockShared : Op.unlockExclusive;
+    if (code === '55P03' || code === '57014') {
+      // PostgreSQL may grant the lock in the very moment its lock_timeout or a cancel fires: the statement fails,
+      // yet the session lock is held (LockErrorCleanup keeps a grant it finds). Look, give it back if so, then go
+      // on as after a timeout.
+      await new Promise<void>((goOn) => {
+        const unlock = () => session.submit(unlockOp, lock.key, () => goOn(), () => goOn());
+        const heldMode = request.mode === 'shared' ? 'ShareLock' : 'ExclusiveLock';
+        session.statement<{ space: number; key: string; mode: string }>(heldBySessionSql, []).then(
+          (rows) => (rows.some((r) => r.space === 1 && r.key === String(lock.key) && r.mode === heldMode) ? unlock() : goOn()),
+          unlock, // the look itself failed (a second cancel, say): unlock anyway (harmless when not held)
+        );
+      });
+      return { ...lookAgain, contended: true }; // it waited: the key was busy all along
+    }
+    // The session died (and what it held with it): go on.
+    if (err instanceof SessionLostError && err.connected) return lookAgain;
+    // Taken but its token failed (say, the schema is missing): give the lock back, report why.
+    if (!(err instanceof SessionLostError)) session.run(unlockOp, lock.key).catch(() => {});
+    throw schemaMissingError(err) ?? (err instanceof PgfenceError ? err : new LockUnavailableError(String((err as Error)?.message), { cause: err }));
+  }
+}

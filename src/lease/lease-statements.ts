@@ -1,0 +1,53 @@
+import type pg from 'pg';
+
+/** A statement with a name of its own: prepared once per connection, where that is safe. */
+export interface NamedStatement {
+  readonly name: string;
+  readonly text: string;
+}
+
+/**
+ * Pools known to reach PostgreSQL directly (true) or through a proxy (false), or being checked.
+ * Behind a transaction pooler a statement prepared on one server connection is unknown to the next,
+ * so there every statement is sent unnamed (parsed each time).
+ */
+const direct = new WeakMap<pg.Pool, boolean | Promise<boolean>>();
+
+/**
+ * Runs a statement on `pool`: named (no Parse after its first use on a connection) when the pool's
+ * connections go straight to PostgreSQL, else unnamed. A lease cycle is two such statements.
+ */
+export async function runStatement<R extends pg.QueryResultRow>(pool: pg.Pool, statement: NamedStatement, values: unknown[]): Promise<R[]> {
+  let named = direct.get(pool);
+  if (named === undefined) {
+    named = isDirect(pool);
+    direct.set(pool, named);
+    named.then(
+      (answer) => direct.set(pool, answer), // later statements go out without waiting for a promise
+      () => direct.delete(pool), // unreachable now: ask again next time
+    );
+  }
+  if (typeof named !== 'boolean') named = await named;
+  if (!named) return (await pool.query<R>({ text: statement.text, values })).rows;
+  try {
+    return (await pool.query<R>({ name: statement.name, text: statement.text, values })).rows;
+  } catch (err) {
+    // The prepared statement is gone (DISCARD ALL or DEALLOCATE by someone else): unnamed from now on.
+    if ((err as { code?: unknown } | null)?.code !== '26000') throw err;
+    direct.set(pool, false);
+    return (await pool.query<R>({ text: statement.text, values })).rows;
+  }
+}
+
+/** PostgreSQL reports its backend's pid when a connection starts; a proxy reports a key of its own. */
+async function isDirect(pool: pg.Pool): Promise<boolean> {
+  const client = await pool.connect();
+  try {
+    const { rows } = await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    client.release();
+    return rows[0]!.pid === (client as { processID?: number | null }).processID;
+  } catch (err) {
+    client.release(err instanceof Error ? err : true);
+    throw err;
+  }
+}

@@ -1,0 +1,5 @@
+// The wait area as the rest of pgfence sees it: other areas import from here, not from its files.
+export * from './marker-sql.js';
+export * from './strategy.js';
+export * from './wait-line.js';
+export * from './wait-lines.js';

@@ -1,0 +1,75 @@
+import type { Session } from '../session/index.js';
+
+/** What every waiting request carries. */
+export interface LineRequest {
+  /** 0 = one attempt; Infinity = no bound. */
+  timeoutMs: number;
+  signal: AbortSignal | undefined;
+}
+
+/** What a busy attempt learned. */
+export interface Busy {
+  busy: true;
+  /** Look again no later than this (the resource's expiry, a marker to register again). */
+  retryInMs?: number;
+  /** A polite attempt stood back for waiters elsewhere. */
+  stoodBack?: boolean;
+  /** A live lease holds the name: wait for its release or expiry, never block on it. */
+  leaseHeld?: boolean;
+}
+
+/**
+ * What one attempt found: a grant, a busy resource, or nothing learned (the session died under it:
+ * look again at once). `announcedOn`: the attempt registered the line's marker on that session.
+ */
+export type Attempt<H> = ({ granted: H } | Busy | { retry: true }) & {
+  announcedOn?: Session;
+  /** A blocking wait found the resource busy (reported as contention if its waiter had not been yet). */
+  contended?: boolean;
+};
+
+/** Where the head of a line stands when it attempts. */
+export interface AttemptPhase {
+  /** It has found the resource busy before and announced its wait (false: a fresh request's first look). */
+  waiting: boolean;
+  /** The session holding the line's marker, or null. */
+  markerSession: Session | null;
+  /** What its previous attempt found, if it found the resource busy. */
+  last: Busy | null;
+}
+
+/** What a line asks of the kind of resource it waits for. Optional parts are the session locks' own. */
+export interface WaitStrategy<R extends LineRequest, H> {
+  /** One attempt for the head of the line. */
+  attempt(request: R, phase: AttemptPhase): Promise<Attempt<H>>;
+  /** Attempts register the marker themselves (else the line registers it when the head starts to wait). */
+  readonly announcesInAttempt?: boolean;
+  /**
+   * Waits in the database's own queue for at most remainingMs, or null when it cannot now (the line then
+   * announces and polls). `cancel` aborts when the waiter gives up or the line closes.
+   */
+  block?(request: R, remainingMs: number, last: Busy | null, cancel: AbortSignal): Promise<Attempt<H>> | null;
+  /**
+   * A fresh request may skip its first attempt and go straight to `block` (which then tries first and
+   * says whether it waited): the resource was busy lately, so a try would most likely fail.
+   */
+  blockFirst?(request: R): boolean;
+  /** Work the key needs before its line is served, run one at a time with attempts (null: none now). */
+  chore?(): Promise<void> | null;
+  /** This process holds the resource (so a request waits behind local holders). */
+  heldHere?(): boolean;
+  /** The local holders admit `request` at the head of the line (local shared holders share one hold). */
+  canShare?(request: R): boolean;
+  /** Grants `request` the hold this process has (only when canShare). */
+  share?(request: R): H;
+  /** The first attempt of `request` is still waiting for a connection: its first answer decides, within boundMs. */
+  connecting?(request: R, startedAt: number): { boundMs: number; error(): Error } | null;
+  /** A grant arrived for a waiter that had already given up: hand it back (resolves once it is back). */
+  giveBack(handle: H): Promise<unknown>;
+  granted(request: R, handle: H, waitMs: number): void;
+  contention(request: R): void;
+  timeout(request: R, waitMs: number): void;
+  timeoutError(request: R): Error;
+  /** The line has nothing to do: no waiter, nothing in flight, no marker. */
+  idle(): void;
+}

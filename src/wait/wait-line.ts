@@ -1,0 +1,382 @@
+import { setLongTimeout } from '../core/index.js';
+import { MarkerOp, markerRegistered } from './marker-sql.js';
+import type { ReleaseListener } from '../session/index.js';
+import type { Session } from '../session/index.js';
+import type { SessionPool } from '../session/index.js';
+import type { Attempt, Busy, LineRequest, WaitStrategy } from './strategy.js';
+
+/** Wake-up polls find releases nobody announced (a holder's session died, a non-pgfence holder, an expiry). */
+const FIRST_POLL_MS = 50;
+const MAX_POLL_MS = 1000;
+/** How long a waiter that gave up waits for its attempt (or blocking wait) in flight before it is answered anyway. */
+const LEAVE_GRACE_MS = 250;
+
+interface Waiter<R, H> {
+  readonly request: R;
+  readonly startedAt: number;
+  /** Has found the resource busy: it now waits for a wake-up, announced by a marker. */
+  waiting: boolean;
+  /** A contention event was reported for it. */
+  contended: boolean;
+  settled: boolean;
+  /** Its timeout passed while its first attempt waited for a connection: that attempt's answer decides. */
+  expired: boolean;
+  /** What its last attempt found busy. */
+  last: Busy | null;
+  /** Gave up while its attempt was in flight: the answer it gets once that attempt is back (see giveUp). */
+  leaving: (() => void) | null;
+  resolve(handle: H | null): void;
+  reject(err: unknown): void;
+  cleanup: () => void;
+}
+
+/** How many requests wait, over several lines. */
+export class WaitCount {
+  n = 0;
+}
+
+/**
+ * The local FIFO line of waiters for one key: only the head talks to the database, so N local waiters
+ * cost one wait. A head that finds the resource busy announces itself (LISTEN, then a marker on the
+ * key's session) and looks again, then waits in the database's own queue when its strategy can block,
+ * else for the NOTIFY of a release, with a backing-off poll for releases nobody announced. Timeouts and
+ * aborts leave the line at once; a grant that arrives for a waiter that left is handed back, and that
+ * waiter is answered once it is back. Operations on the key (attempts, the strategy's chores, marker
+ * registrations) run one at a time.
+ */
+export class WaitLine<R extends LineRequest, H> {
+  private readonly queue: Waiter<R, H>[] = [];
+  /** An operation for this key is in flight. */
+  private busy = false;
+  /** A release was announced (or a poll fell due) while busy. */
+  private wakePending = false;
+  private markerSession: Session | null = null;
+  private pollTimer: NodeJS.Timeout | null = null;
+  private pollDelayMs = FIRST_POLL_MS;
+  /** The waiter whose attempt or blocking wait is in flight, if any. */
+  private attemptFor: Waiter<R, H> | null = null;
+  /** Cancels the blocking wait in flight. */
+  private blockCancel: AbortController | null = null;
+  /** drained() calls waiting for the key to go quiet. */
+  private onQuiet: (() => void)[] = [];
+
+  constructor(
+    readonly key: bigint,
+    private readonly sessions: SessionPool,
+    private readonly listener: ReleaseListener,
+    private readonly strategy: WaitStrategy<R, H>,
+    private readonly count: WaitCount = new WaitCount(),
+  ) {}
+
+  enqueue(request: R, nullOnTimeout: boolean): Promise<H | null> {
+    if (request.signal?.aborted) return Promise.reject(request.signal.reason);
+    return new Promise<H | null>((resolve, reject) => {
+      const cancelTimer = request.timeoutMs > 0 ? setLongTimeout(() => this.giveUp(waiter, null), request.timeoutMs) : () => {};
+      const onAbort = () => this.giveUp(waiter, request.signal!.reason);
+      request.signal?.addEventListener('abort', onAbort, { once: true });
+      const waiter: Waiter<R, H> = {
+        request,
+        startedAt: performance.now(),
+        waiting: false,
+        contended: false,
+        settled: false,
+        expired: false,
+        last: null,
+        leaving: null,
+        resolve: (h) => (nullOnTimeout || h ? resolve(h) : reject(this.strategy.timeoutError(request))),
+        reject,
+        cleanup: () => {
+          cancelTimer();
+          request.signal?.removeEventListener('abort', onAbort);
+        },
+      };
+      this.queue.push(waiter);
+      this.count.n++;
+      // Busy here already (others wait, or local holders hold it): a single try fails at once.
+      const behindOthers = this.queue.length > 1;
+      if (behindOthers || (this.strategy.heldHere?.() && !this.canShareNow(request))) {
+        if (request.timeoutMs === 0) return this.settle(waiter, () => waiter.resolve(null));
+        this.contended(waiter);
+      }
+      this.drive();
+    });
+  }
+
+  /** A release of the key was announced (or a local holder let go): the waiting head looks again. */
+  wake(): void {
+    this.lookAgain(true);
+  }
+
+  /** `released`: a release was announced, and the poll starts over; else a poll fell due, and it backs off further. */
+  private lookAgain(released: boolean): void {
+    if (!this.queue[0]?.waiting) return;
+    if (this.busy) {
+      this.wakePending = true;
+      return;
+    }
+    if (released) this.pollDelayMs = FIRST_POLL_MS;
+    this.drive();
+  }
+
+  /** Something changed locally (a holder let go, a hold was lost): serve the line. */
+  kick(): void {
+    this.drive();
+  }
+
+  sessionLost(session: Session): void {
+    if (this.markerSession === session) this.markerSession = null;
+  }
+
+  /** Fails every waiter and cancels a blocking wait; what is in flight still answers (and is handed back). */
+  close(reason: Error): void {
+    for (const w of [...this.queue]) this.settle(w, () => w.reject(reason));
+    this.blockCancel?.abort();
+    this.clearPoll();
+  }
+
+  /** Resolves once nothing is in flight for the key (whatever a late grant brought has been handed back). */
+  async drained(): Promise<void> {
+    while (this.busy) await new Promise<void>((resolve) => this.onQuiet.push(resolve));
+  }
+
+  private drive(): void {
+    this.serve();
+    if (!this.busy) this.notifyQuiet();
+  }
+
+  private serve(): void {
+    if (this.busy) return;
+    // 1. The key's own chores first (a session lock no local holder keeps goes back).
+    const chore = this.strategy.chore?.();
+    if (chore) return this.occupy(chore.catch(() => {}));
+    const head = this.queue[0];
+    if (head) {
+      // 2. Local holders: share with them, or wait for them to let go.
+      if (this.strategy.heldHere?.()) {
+        if (this.canShareNow(head.request)) {
+          this.answerGrant(head, this.strategy.share!(head.request));
+          this.drive();
+        }
+        return;
+      }
+      // 3. The head looks.
+      return this.attempt(head);
+    }
+    // 4. Nobody waits any more: withdraw the marker, then let the owner forget this line.
+    const marker = this.markerSession;
+    if (marker) {
+      this.markerSession = null;
+      return this.occupy(new Promise<void>((done) => marker.submit(MarkerOp.unregister, this.key, () => done(), () => done())));
+    }
+    this.clearPoll();
+    this.strategy.idle();
+  }
+
+  /** Runs an operation for the key, then serves the line again. */
+  private occupy(work: Promise<unknown>): void {
+    this.busy = true;
+    void work.then(() => {
+      this.busy = false;
+      this.drive();
+    });
+  }
+
+  private canShareNow(request: R): boolean {
+    return this.strategy.canShare?.(request) ?? false;
+  }
+
+  private attempt(head: Waiter<R, H>): void {
+    if (!head.waiting && !this.markerSession && this.strategy.blockFirst?.(head.request)) {
+      head.waiting = true;
+      if (this.block(head)) return;
+      head.waiting = false;
+    }
+    const phase = { waiting: head.waiting, markerSession: this.markerSession, last: head.last };
+    this.inFlight(head, () => this.strategy.attempt(head.request, phase), false);
+  }
+
+  /** Waits in the database's queue when the strategy can (and the waiter has time left): true if it does. */
+  private block(head: Waiter<R, H>): boolean {
+    if (!this.strategy.block) return false;
+    const { timeoutMs } = head.request;
+    const remainingMs = timeoutMs === Infinity ? Infinity : head.startedAt + timeoutMs - performance.now();
+    if (remainingMs <= 0) return false;
+    const cancel = new AbortController();
+    const blocking = this.strategy.block(head.request, remainingMs, head.last, cancel.signal);
+    if (!blocking) return false;
+    this.blockCancel = cancel;
+    this.inFlight(head, () => blocking, true);
+    return true;
+  }
+
+  private inFlight(head: Waiter<R, H>, start: () => Promise<Attempt<H>>, blocked: boolean): void {
+    this.busy = true;
+    this.attemptFor = head;
+    this.wakePending = false;
+    this.clearPoll();
+    const landed = () => {
+      this.busy = false;
+      this.attemptFor = null;
+      this.blockCancel = null;
+    };
+    let pending: Promise<Attempt<H>>;
+    try {
+      pending = start();
+    } catch (err) {
+      pending = Promise.reject(err);
+    }
+    pending.then(
+      (outcome) => {
+        landed();
+        if (outcome.announcedOn) this.markerSession = outcome.announcedOn;
+        if (outcome.contended && !head.settled) this.contended(head);
+        if ('granted' in outcome) this.onGranted(head, outcome.granted);
+        else if ('retry' in outcome) this.drive();
+        else this.onBusy(head, outcome, blocked);
+      },
+      (err: unknown) => {
+        landed();
+        this.settle(head, head.leaving ?? (() => head.reject(err)));
+        this.drive();
+      },
+    );
+  }
+
+  private onGranted(head: Waiter<R, H>, handle: H): void {
+    if (head.settled || head.leaving) {
+      // The next in line looks only once this grant is back (else it would find its own locker holding it); a
+      // waiter that gave up meanwhile is answered then, so that nothing of it is left held when it is.
+      return this.occupy(
+        this.strategy
+          .giveBack(handle)
+          .catch(() => {})
+          .then(() => head.leaving && this.settle(head, head.leaving)),
+      );
+    }
+    this.answerGrant(head, handle);
+    this.drive();
+  }
+
+  private answerGrant(head: Waiter<R, H>, handle: H): void {
+    const waitMs = performance.now() - head.startedAt;
+    this.settle(head, () => head.resolve(handle));
+    this.strategy.granted(head.request, handle, waitMs);
+  }
+
+  private onBusy(head: Waiter<R, H>, busy: Busy, blocked: boolean): void {
+    if (head.leaving) this.settle(head, head.leaving);
+    if (head.settled) return this.drive();
+    if (head.expired) {
+      this.settle(head, this.timedOut(head));
+      return this.drive();
+    }
+    if (head.request.timeoutMs === 0) {
+      this.settle(head, () => head.resolve(null));
+      return this.drive();
+    }
+    head.last = busy;
+    if (blocked) {
+      // A blocking wait ended without a grant: look again soon. A lease holds the name: wait for its release, announced.
+      if (busy.leaseHeld) return this.occupy(this.announce());
+      return this.schedulePoll(busy.retryInMs);
+    }
+    if (!head.waiting) {
+      head.waiting = true;
+      this.contended(head);
+      if (this.block(head)) return;
+      // Announce the wait (listen first, then the marker), then look again: a release in between is not missed.
+      return this.occupy(this.announce());
+    }
+    if (this.block(head)) return;
+    if (this.wakePending) return this.drive();
+    this.schedulePoll(busy.retryInMs);
+  }
+
+  private async announce(): Promise<void> {
+    const listening = await this.listener.ensure();
+    // Session locks register the marker with their next try.
+    if (this.strategy.announcesInAttempt || !listening || this.markerSession) return;
+    try {
+      const session = this.sessions.sessionFor(this.key);
+      if (markerRegistered(await session.run(MarkerOp.register, this.key))) this.markerSession = session;
+    } catch {
+      // Without a marker the poll still finds the release.
+    }
+  }
+
+  private schedulePoll(retryInMs: number | undefined): void {
+    const delay = Math.min(retryInMs ?? this.pollDelayMs, this.pollDelayMs);
+    this.pollDelayMs = Math.min(MAX_POLL_MS, this.pollDelayMs * 2);
+    this.pollTimer = setTimeout(() => {
+      this.pollTimer = null;
+      this.lookAgain(false);
+    }, Math.max(1, delay));
+  }
+
+  private contended(waiter: Waiter<R, H>): void {
+    if (waiter.contended) return;
+    waiter.contended = true;
+    this.strategy.contention(waiter.request);
+  }
+
+  private timedOut(waiter: Waiter<R, H>): () => void {
+    return () => {
+      this.strategy.timeout(waiter.request, performance.now() - waiter.startedAt);
+      waiter.resolve(null);
+    };
+  }
+
+  /** Timeout or abort: the waiter leaves the line; what its attempt in flight brings is handed back first. */
+  private giveUp(waiter: Waiter<R, H>, abortReason: unknown): void {
+    if (waiter.settled || waiter.leaving) return;
+    const answer = abortReason !== null ? () => waiter.reject(abortReason) : this.timedOut(waiter);
+    if (this.attemptFor !== waiter) {
+      this.settle(waiter, answer);
+      return this.drive();
+    }
+    const connecting =
+      abortReason === null && !waiter.expired && !waiter.waiting && !this.blockCancel
+        ? this.strategy.connecting?.(waiter.request, waiter.startedAt)
+        : null;
+    if (connecting) {
+      // Nothing is known yet, busy or unreachable: the first answer decides, within the bound.
+      waiter.expired = true;
+      this.onCleanup(waiter, setTimeout(() => this.settle(waiter, () => waiter.reject(connecting.error())), connecting.boundMs));
+      return;
+    }
+    // Its attempt is in flight (a blocking wait is cancelled): answer once it is back (a grant it brings handed back
+    // first), so that nothing of this request is left held when the caller hears of it; after a grace if silent.
+    this.blockCancel?.abort();
+    waiter.leaving = answer;
+    this.onCleanup(waiter, setTimeout(() => this.settle(waiter, answer), LEAVE_GRACE_MS));
+  }
+
+  private onCleanup(waiter: Waiter<R, H>, timer: NodeJS.Timeout): void {
+    const cleanup = waiter.cleanup;
+    waiter.cleanup = () => {
+      clearTimeout(timer);
+      cleanup();
+    };
+  }
+
+  private settle(waiter: Waiter<R, H>, outcome: () => void): void {
+    if (waiter.settled) return;
+    waiter.settled = true;
+    waiter.cleanup();
+    const i = this.queue.indexOf(waiter);
+    if (i >= 0) this.queue.splice(i, 1);
+    this.count.n--;
+    outcome();
+  }
+
+  private clearPoll(): void {
+    if (this.pollTimer) clearTimeout(this.pollTimer);
+    this.pollTimer = null;
+  }
+
+  private notifyQuiet(): void {
+    const waiting = this.onQuiet;
+    this.onQuiet = [];
+    for (const resolve of waiting) resolve();
+  }
+}

@@ -1,0 +1,56 @@
+import { readdirSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { importCycles, importGraph, largestFiles } from './support/import-graph.js';
+
+// The layout promises of docs/ARCHITECTURE.md, checked on the source itself.
+const SRC = join(import.meta.dirname, '..', 'src');
+const MAX_LINES = 400;
+
+/** The folders under src/: each is an area (session, advisory, lease, wait, fencing, observe, core, ...). */
+const areas = new Set(readdirSync(SRC).filter((entry) => statSync(join(SRC, entry)).isDirectory()));
+const areaOf = (file: string): string | null => {
+  const first = file.split('/')[0]!;
+  return file.includes('/') && areas.has(first) ? first : null;
+};
+
+describe('architecture', () => {
+  it('has no import cycle in src/ (type-only imports included)', () => {
+    expect(importCycles(SRC)).toEqual([]);
+  });
+
+  it(`keeps every source file under ${MAX_LINES} lines`, () => {
+    const over = largestFiles(SRC, 1000).filter(({ lines }) => lines >= MAX_LINES);
+    expect(over).toEqual([]);
+  });
+
+  it("reaches another area only through that area's index", () => {
+    const reaching: string[] = [];
+    for (const [file, targets] of importGraph(SRC)) {
+      for (const target of targets) {
+        const area = areaOf(target);
+        if (area && area !== areaOf(file) && target !== `${area}/index.ts`) reaching.push(`${file} -> ${target}`);
+      }
+    }
+    expect(reaching).toEqual([]);
+  });
+
+  it('keeps the data path one way: session knows no lock kind, wait knows no kind either, core knows no area', () => {
+    // keys -> session -> advisory | lease -> fencing -> observe; wait is the mechanism the kinds plug into.
+    const forbidden: Record<string, string[]> = {
+      core: [...areas].filter((a) => a !== 'core'),
+      session: ['advisory', 'lease', 'wait', 'fencing', 'kysely', 'pg-boss', 'cli', 'bench', 'migrate'],
+      wait: ['advisory', 'lease', 'kysely', 'pg-boss', 'cli', 'bench'],
+      fencing: ['advisory', 'lease', 'wait', 'session', 'kysely', 'pg-boss', 'cli', 'bench'],
+    };
+    const wrong: string[] = [];
+    for (const [file, targets] of importGraph(SRC)) {
+      const from = areaOf(file);
+      for (const target of targets) {
+        const to = areaOf(target) ?? target;
+        if (from && forbidden[from]?.includes(to)) wrong.push(`${file} -> ${target}`);
+      }
+    }
+    expect(wrong).toEqual([]);
+  });
+});
