@@ -108,6 +108,23 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
     return shared ? Op.waitTryShared : Op.waitTryExclusive;
   }
 
+  /** Nothing of this key is held, in flight, announced or lately contended here: a bulk try may go straight to the session. */
+  get quiet(): boolean {
+    return this.heldMode === null && !this.releasing && this.line.quiet && this.contendedUntil <= performance.now();
+  }
+
+  /** A bulk try (AdvisoryLockManager.tryMany) of a quiet key on `session`: its op code. */
+  bulkTryCode(request: AcquireRequest): OpCode {
+    return request.mode === 'shared' ? Op.tryShared : Op.tryExclusive;
+  }
+
+  /** What a bulk try answered: a holder for `request`, or null (busy, or a live lease holds the name). */
+  bulkTried(request: AcquireRequest, session: Session, result: number): AdvisoryLockHandle | null {
+    if (decodeTryResult(this.bulkTryCode(request), result).granted) return this.taken(request, session, null);
+    this.contendedUntil = performance.now() + CONTENDED_MS;
+    return null;
+  }
+
   /** Seen busy lately: a fresh request goes straight into PostgreSQL's queue (one statement, not a try and then the wait). */
   blockFirst(request: AcquireRequest): boolean {
     return request.timeoutMs > 0 && this.contendedUntil > performance.now();

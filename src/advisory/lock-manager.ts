@@ -1,8 +1,9 @@
-import { LockerClosedError } from '../core/index.js';
+import { LockerClosedError, LockUnavailableError, PgfenceError } from '../core/index.js';
 import type { Observer } from '../observe/index.js';
 import type { ReleaseListener } from '../session/index.js';
 import type { Session } from '../session/index.js';
 import type { SessionPool } from '../session/index.js';
+import { SessionLostError } from '../session/index.js';
 import { WaitCount } from '../wait/index.js';
 import { BlockingWait } from './blocking-wait.js';
 import { KeyLock, type KeyLockContext } from './key-lock.js';
@@ -81,16 +82,74 @@ export class AdvisoryLockManager {
 
   /**
    * One try for each of many keys, all issued at once (acquireAll's first step): concurrent tries on one
-   * session go out together, so thousands cost a few batched statements. A handle or null (busy) per
-   * target, in order; when any try failed, what the others took is given back and the first failure thrown.
+   * session go out together, so thousands cost a few batched statements. A quiet key (KeyLock.quiet) is
+   * tried straight on its session, without a waiter or a promise of its own; any other takes the usual
+   * path with timeoutMs 0. A handle or null (busy) per target, in order; when any try failed, what the
+   * others took is given back and the first failure is thrown.
    */
-  async tryMany(template: AcquireRequest, targets: readonly LockTarget[]): Promise<(AdvisoryLockHandle | null)[]> {
-    const tries = await Promise.allSettled(targets.map((target) => this.acquire({ ...template, target, timeoutMs: 0 }, true)));
-    const failed = tries.find((t): t is PromiseRejectedResult => t.status === 'rejected');
-    const handles = tries.map((t) => (t.status === 'fulfilled' ? t.value : null));
-    if (!failed) return handles;
-    await Promise.all(handles.map((h) => h?.release()));
-    throw failed.reason;
+  tryMany(template: AcquireRequest, targets: readonly LockTarget[]): Promise<(AdvisoryLockHandle | null)[]> {
+    if (this.closed) return Promise.reject(new LockerClosedError());
+    if (template.signal?.aborted) return Promise.reject(template.signal.reason);
+    const startedAt = performance.now();
+    const results: (AdvisoryLockHandle | null)[] = new Array(targets.length).fill(null);
+    return new Promise((resolve, reject) => {
+      let left = targets.length;
+      let failure: unknown = null;
+      const answered = (i: number, handle: AdvisoryLockHandle | null, err?: unknown) => {
+        results[i] = handle;
+        if (err !== undefined && failure === null) failure = err;
+        if (--left > 0) return;
+        if (failure === null) return resolve(results);
+        void Promise.all(results.map((h) => h?.release())).then(() => reject(failure));
+      };
+      const usual = (i: number, request: AcquireRequest) =>
+        this.acquire({ ...request, timeoutMs: 0 }, true).then(
+          (h) => answered(i, h),
+          (err: unknown) => answered(i, null, err),
+        );
+      for (let i = 0; i < targets.length; i++) {
+        const request: AcquireRequest = { ...template, target: targets[i]! };
+        const lock = this.lockOf(request.target.key);
+        if (!lock.quiet) {
+          usual(i, request);
+          continue;
+        }
+        let session: Session;
+        try {
+          session = this.context.sessions.lockSessionFor(lock.key, template.bulk === true);
+        } catch (err) {
+          answered(i, null, new LockerClosedError('the locker is closed', { cause: err }));
+          continue;
+        }
+        // Occupies the key's line: an acquire of it meanwhile waits for this try, as for any operation on the key.
+        lock.line.occupy(
+          new Promise<void>((done) =>
+            session.submit(
+              lock.bulkTryCode(request),
+              lock.key,
+              (result) => {
+                const handle = lock.bulkTried(request, session, result);
+                if (handle && this.closed) {
+                  // Closed meanwhile: nothing of it is kept.
+                  void lock.giveBack(handle).then(done);
+                  answered(i, null, new LockerClosedError('the locker was closed'));
+                  return;
+                }
+                if (handle) lock.granted(request, handle, performance.now() - startedAt);
+                answered(i, handle);
+                done();
+              },
+              (err) => {
+                done();
+                // The session died under the try: try again the usual way, on its replacement.
+                if (err instanceof SessionLostError && err.connected && !this.closed) usual(i, request);
+                else answered(i, null, err instanceof PgfenceError ? err : new LockUnavailableError(err.message, { cause: err }));
+              },
+            ),
+          ),
+        );
+      }
+    });
   }
 
   /** A wait is blocked on the waiter session, or a lock granted there is held (the pool must not close it). */

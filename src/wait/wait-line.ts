@@ -172,8 +172,13 @@ export class WaitLine<R extends LineRequest, H> {
     this.strategy.idle();
   }
 
-  /** Runs an operation for the key, then serves the line again. */
-  private occupy(work: Promise<unknown>): void {
+  /** Nobody waits or looks, no operation is in flight, no marker: an operation may run outside the line (see occupy). */
+  get quiet(): boolean {
+    return !this.busy && this.queue.length === 0 && this.markerSession === null;
+  }
+
+  /** Runs an operation for the key (also one of the owner's own, such as a bulk try), then serves the line again. */
+  occupy(work: Promise<unknown>): void {
     this.busy = true;
     void work.then(() => {
       this.busy = false;
