@@ -77,12 +77,19 @@ export class BlockingWait {
         },
         (err: unknown) => {
           ended();
-          return this.failed(lock, request, session, err);
+          return this.failed(lock, request, session, err, cancel.aborted);
         },
       );
   }
 
-  private async failed(lock: BlockedKey, request: AcquireRequest, session: Session, err: unknown): Promise<Attempt<AdvisoryLockHandle>> {
+  /** `cancelled`: this wait's own cancel was sent (a cancel meant for an earlier statement may hit this one). */
+  private async failed(
+    lock: BlockedKey,
+    request: AcquireRequest,
+    session: Session,
+    err: unknown,
+    cancelled: boolean,
+  ): Promise<Attempt<AdvisoryLockHandle>> {
     const lookAgain = { busy: true as const, retryInMs: LOOK_AGAIN_MS };
     const code = (err as { code?: unknown })?.code;
     // Taken back before it was sent: it never waited, and holds nothing.
@@ -100,7 +107,8 @@ export class BlockingWait {
           unlock, // the look itself failed (a second cancel, say): unlock anyway (harmless when not held)
         );
       });
-      return { ...lookAgain, contended: true }; // it waited: the key was busy all along
+      // Its lock_timeout, or its own cancel, ended a wait: the key was busy all along.
+      return { ...lookAgain, contended: code === '55P03' || cancelled };
     }
     // The session died (and what it held with it): go on.
     if (err instanceof SessionLostError && err.connected) return lookAgain;

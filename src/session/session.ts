@@ -5,6 +5,7 @@ import { isConnectionLost } from '../core/index.js';
 import type { ConnectionSource, PinnedConnection } from './connection-source.js';
 import type { OpStatements } from './op-statements.js';
 import { isSchemaGone, statementFailure, undoFailedBatch } from './reconcile.js';
+import { intArray, statementQuery, type StatementText } from './statement-query.js';
 
 /** Thrown to the callers of operations that were queued on, or in flight over, a session that died. */
 export class SessionLostError extends LockUnavailableError {
@@ -48,9 +49,7 @@ export type OpCode = number;
 
 export const probeSql = { name: 'pgfence_probe', text: 'SELECT 1' };
 
-/** A statement's text, or a prepared statement (name and text), possibly per flavour (guarded or not). */
-export type StatementText = string | PreparedText | ((guarded: boolean) => string | PreparedText);
-type PreparedText = { name: string; text: string };
+export type { StatementText } from './statement-query.js';
 
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -409,18 +408,4 @@ export class Session {
     else if (wasReady) this.opts.logger.warn({ err, session: this.id }, 'pgfence: session lost');
     if (notify) this.opts.onLost(this, err);
   }
-}
-
-/** A statement of its own as a query: its text, or its prepared statement, in the session's flavour. */
-function statementQuery(statement: NonNullable<PendingOp['statement']>, guarded: boolean): { name?: string; text: string; values: unknown[] } {
-  const text = typeof statement.text === 'function' ? statement.text(guarded) : statement.text;
-  return typeof text === 'string' ? { text, values: statement.values } : { ...text, values: statement.values };
-}
-
-/**
- * An array parameter of integers as PostgreSQL's array text, written here: node-postgres quotes and
- * escapes each element with two regular expressions, which costs more than the statement for thousands.
- */
-function intArray<T>(items: readonly T[], value: (item: T) => number | bigint): string {
-  return `{${items.map(value).join(',')}}`;
 }
