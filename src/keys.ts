@@ -1,5 +1,5 @@
-import murmur from 'murmurhash3js-revisited';
 import { describeType, InvalidArgumentError } from './core/index.js';
+import { murmur3x64First64 } from './murmur3-x64.js';
 import { optionKeys, optionsObject } from './options.js';
 
 /** What a lock is called: a name (hashed) or an explicit int64 key. */
@@ -36,22 +36,30 @@ function keyOf(name: unknown, namespace: unknown): bigint {
   // validation are ever stored, and names without a namespace and each namespace's names live in
   // separate maps, so no spelling of one can be found as the other.
   const cache = typeof name !== 'string' ? undefined : namespace === undefined ? plainKeys : typeof namespace === 'string' ? namespacedKeys.get(namespace) : undefined;
-  const cached = cache?.get(name as string);
+  const cached = cache?.get(name as string) ?? (namespace === undefined && typeof name === 'string' ? olderPlainKeys.get(name) : undefined);
   if (cached !== undefined) return cached;
   const key = computeKey(name, namespace);
   remember(namespace as string | undefined, name as string, key);
   return key;
 }
 
-/** Recently used names (each validated) and their keys: names without a namespace, and per namespace. */
+/**
+ * Recently used names (each validated) and their keys: names without a namespace in two generations
+ * (a full one becomes the older, and the older is dropped: no per-insert eviction, which costs a Map
+ * iterator over its deleted entries when thousands of new names come at once), and per namespace.
+ */
 const RECENT_KEYS = 4096;
-const plainKeys = new Map<string, bigint>();
+let plainKeys = new Map<string, bigint>();
+let olderPlainKeys = new Map<string, bigint>();
 const namespacedKeys = new Map<string, Map<string, bigint>>();
 let namespacedCount = 0;
 
 function remember(namespace: string | undefined, name: string, key: bigint): void {
   if (namespace === undefined) {
-    if (plainKeys.size >= RECENT_KEYS) plainKeys.delete(plainKeys.keys().next().value!);
+    if (plainKeys.size >= RECENT_KEYS) {
+      olderPlainKeys = plainKeys;
+      plainKeys = new Map();
+    }
     plainKeys.set(name, key);
     return;
   }
@@ -126,6 +134,5 @@ export function nameToBytes(argument: string, value: unknown): Uint8Array {
 }
 
 function hashKey(bytes: Uint8Array): bigint {
-  const hex = murmur.x64.hash128(bytes, 0);
-  return BigInt.asIntN(64, BigInt(`0x${hex.slice(0, 16)}`));
+  return murmur3x64First64(bytes);
 }

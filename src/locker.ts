@@ -29,7 +29,7 @@ import { ConnectionSource } from './session/index.js';
 import { ReleaseListener } from './session/index.js';
 import { deadClientBounds, PinnedSessionSettings } from './session/index.js';
 import { SessionPool } from './session/index.js';
-import { sessionLockStatements } from './advisory/index.js';
+import { sessionLockStatements, warmGuardSql } from './advisory/index.js';
 
 // Each kind of lock parses its own options; they are named here too, where they always were.
 export { ACQUIRE_OPTION_KEYS, LEADER_OPTION_KEYS, LEASE_OPTION_KEYS, LOCKER_OPTION_KEYS };
@@ -110,16 +110,21 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
       },
       logger,
     );
-    this.names = new NameRegistry((text, values) => this.source.pool.query(text, values), logger);
+    // Names go out on the waiter session while it is idle (no connection of their own), else through the pool.
+    this.names = new NameRegistry(
+      (text, values) => this.sessions.idleWaiter()?.statement(text, values) ?? this.source.pool.query(text, values),
+      logger,
+    );
     this.ctx = new PgLockerContext(this, opts, this.source, budget, this.names, () => this.closing !== null);
     this.observer = new Observer(this, logger, opts.meter, () => this.stats().held);
     this.listener = new ReleaseListener(this.source, { keepaliveMs, deadlineMs, logger }, (key) => this.parts.onRelease(key));
     this.sessions = new SessionPool(
       this.source,
-      { size: opts.maxSessions, keepaliveMs, deadlineMs, logger, statements: sessionLockStatements },
+      { size: opts.maxSessions, keepaliveMs, deadlineMs, logger, statements: sessionLockStatements, warmWaiter: warmGuardSql },
       (session, err) => this.parts.onSessionLost(session, err),
     );
     this.locks = this.parts.add(new AdvisoryLockManager(this.sessions, this.listener, this.observer, deadlineMs));
+    this.sessions.waiterInUse = () => this.locks.usesWaiterSession();
     this.leases = this.parts.add(new LeaseManager(this.source, this.sessions, this.listener, this.observer));
     this.semaphores = this.parts.add(new SemaphoreManager(this.sessions, this.listener, this.observer));
   }
@@ -174,7 +179,7 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
   }
 
   acquireAll(names: LockName[], opts?: AcquireOptions): Promise<CompositeLockHandle> {
-    return acquireAll(this.ctx, (request) => this.ctx.refusedIfPooled(this.locks.acquire(request, true)), names, opts);
+    return acquireAll(this.ctx, this.locks, names, opts);
   }
 
   // The handle's data is the caller's own value (what it stored as JSON), hence the casts to LeaseHandle<D>.

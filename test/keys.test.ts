@@ -4,6 +4,7 @@ import { InvalidArgumentError, lockKey } from '../src/index.js';
 import murmur from 'murmurhash3js-revisited';
 import { semaphoreKeys } from '../src/advisory/semaphore.js';
 import { internalKey, resolveLock } from '../src/keys.js';
+import { murmur3x64First64 } from '../src/murmur3-x64.js';
 
 const vectors = JSON.parse(readFileSync(new URL('./vectors/keys.json', import.meta.url), 'utf8')) as {
   vectors: { name: string; namespace?: string; key: string }[];
@@ -92,6 +93,18 @@ describe('internal keys', () => {
     expect(internalKey('leader', '42', '7')).toBe(7734803360529523376n);
     // What semaphores and leader guards use.
     expect(semaphoreKeys({ key: 42n, name: 'x' }, 1)).toEqual({ baseKey: -7327088917395968816n, slots: [66088760948969954n] });
+  });
+});
+
+describe('the hash', () => {
+  it('is MurmurHash3_x64_128 h1 as the reference package computes it, for every tail length and random bytes', () => {
+    const reference = (bytes: Uint8Array) => BigInt.asIntN(64, BigInt(`0x${murmur.x64.hash128(bytes, 0).slice(0, 16)}`));
+    let seed = 12345;
+    const byte = () => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) >>> 16) & 0xff;
+    for (let n = 0; n < 3000; n++) {
+      const bytes = Uint8Array.from({ length: n % 80 }, byte);
+      expect(murmur3x64First64(bytes)).toBe(reference(bytes));
+    }
   });
 });
 

@@ -14,6 +14,8 @@ export interface AcquireRequest {
   fencing: boolean;
   /** How events and metrics report it: 'leader' for a leader election's session guard; default 'lock'. */
   kind?: 'lock' | 'leader';
+  /** Part of an acquireAll: tried on the bulk slot's session (SessionPool.lockSessionFor). */
+  bulk?: boolean;
 }
 
 /** A session advisory lock held by this locker. */

@@ -1,4 +1,5 @@
 import { nextTokenExpr } from '../fencing/index.js';
+import { internalKey } from '../keys.js';
 import type { OpFlavour, OpStatements, Prepared } from '../session/index.js';
 import { hiOf, loOf, MarkerOp, noOtherWaiters, notifyIfWaiters, registerMarker } from '../wait/index.js';
 
@@ -150,13 +151,17 @@ function lockStatements(guarded: boolean): OpFlavour {
 /**
  * A blocking wait, on the locker's waiter session only: PostgreSQL queues it FIFO and grants it the
  * moment the lock is free. $1 key, $2 lock_timeout ('0' = none), set first in the same statement.
+ * It tries first, so its answer says whether it had to wait (`waited`: the key was busy), which lets
+ * a key seen busy lately go straight into the queue without a try of its own.
  * Answers r: 1 = granted; 8 (guarded only) = granted, but a live lease holds the name, so it was given
- * back at once (and no token issued). The lease is read only once the lock is granted: the inner
+ * back at once (and no token issued). The lease is read only once the lock is granted: each inner
  * subquery (OFFSET 0) runs first.
  */
-const BLOCKING = `SELECT s.lock_timeout, s.r, {token} AS token
-FROM (SELECT l.lock_timeout, {admit} AS r
-      FROM (SELECT set_config('lock_timeout', $2::text, false) AS lock_timeout, {lock}($1::int8) AS locked OFFSET 0) AS l
+const BLOCKING = `SELECT s.lock_timeout, s.r, s.waited, {token} AS token
+FROM (SELECT l.lock_timeout, l.waited, {admit} AS r
+      FROM (SELECT w.lock_timeout, w.waited, CASE WHEN w.waited THEN {lock}($1::int8) END AS locked
+            FROM (SELECT set_config('lock_timeout', $2::text, false) AS lock_timeout, NOT {try}($1::int8) AS waited OFFSET 0) AS w
+            OFFSET 0) AS l
       OFFSET 0) AS s`;
 
 export function blockingLockSql(shared: boolean, fenced: boolean, guarded: boolean): Prepared {
@@ -166,9 +171,21 @@ export function blockingLockSql(shared: boolean, fenced: boolean, guarded: boole
       token: fenced ? `CASE WHEN s.r = 1 THEN ${nextTokenExpr('$1::int8')}::text END` : 'NULL::text',
       admit: guarded ? `pgfence.admit_session_lock($1::int8, ${shared}, true)` : '1',
       lock: shared ? 'pg_advisory_lock_shared' : 'pg_advisory_lock',
+      try: shared ? 'pg_try_advisory_lock_shared' : 'pg_try_advisory_lock',
     }),
   };
 }
+
+/**
+ * Run on a new waiter session ahead of its first wait, guarded sessions only (else a bare probe): the
+ * first call of the guard in a backend compiles it and plans its read of pgfence.leases, a few
+ * milliseconds that would otherwise fall between a release and the grant it hands over. Its key is an
+ * internal one (bytes no name can spell): no lease ever holds it, so nothing is unlocked.
+ */
+export const warmGuardSql = (guarded: boolean): Prepared =>
+  guarded
+    ? { name: 'pgfence_warm_guard', text: `SELECT pgfence.admit_session_lock(${internalKey('warm-guard')}, false, true) AS r` }
+    : { name: 'pgfence_probe', text: 'SELECT 1' };
 
 /**
  * Run once when a session connects (and as the keepalive probe of a session without the guard):

@@ -25,7 +25,8 @@ const LOOK_AGAIN_MS = 1;
  * themselves and poll, so waiters for distinct keys never each pin a connection.
  */
 export class BlockingWait {
-  private active = false;
+  /** A wait is in flight on the waiter session. */
+  active = false;
 
   constructor(
     private readonly sessions: SessionPool,
@@ -60,27 +61,36 @@ export class BlockingWait {
       cancel.removeEventListener('abort', onCancel);
     };
     return session
-      .statement<{ r: number; token: string | null }>(
-        (guarded) => blockingLockSql(mode === 'shared', fencing, guarded).text,
+      .statement<{ r: number; waited: boolean; token: string | null }>(
+        (guarded) => blockingLockSql(mode === 'shared', fencing, guarded), // prepared: one per flavour
         [lock.key, lockTimeout],
         { deadlineMs: remainingMs + this.deadlineMs, withdraw: withdraw.signal },
       )
       .then(
         (rows) => {
           ended();
+          // Its try found the key busy: contention (for a wait that skipped a try of its own, reported now).
+          const contended = rows[0]?.waited === true;
           // Granted, but a lease of the name was taken meanwhile: the statement gave the key back.
-          if (decodeBlockResult(rows[0]?.r).leaseHeld) return { busy: true as const, leaseHeld: true };
+          if (decodeBlockResult(rows[0]?.r).leaseHeld) return { busy: true as const, leaseHeld: true, contended };
           const token = rows[0]?.token;
-          return { granted: lock.taken(request, session, token ? BigInt(token) : null) };
+          return { granted: lock.taken(request, session, token ? BigInt(token) : null), contended };
         },
         (err: unknown) => {
           ended();
-          return this.failed(lock, request, session, err);
+          return this.failed(lock, request, session, err, cancel.aborted);
         },
       );
   }
 
-  private async failed(lock: BlockedKey, request: AcquireRequest, session: Session, err: unknown): Promise<Attempt<AdvisoryLockHandle>> {
+  /** `cancelled`: this wait's own cancel was sent (a cancel meant for an earlier statement may hit this one). */
+  private async failed(
+    lock: BlockedKey,
+    request: AcquireRequest,
+    session: Session,
+    err: unknown,
+    cancelled: boolean,
+  ): Promise<Attempt<AdvisoryLockHandle>> {
     const lookAgain = { busy: true as const, retryInMs: LOOK_AGAIN_MS };
     // Taken back before it was sent: it never waited, and holds nothing.
     if (sqlState(err) === WITHDRAWN) return lookAgain;
@@ -97,7 +107,8 @@ export class BlockingWait {
           unlock, // the look itself failed (a second cancel, say): unlock anyway (harmless when not held)
         );
       });
-      return lookAgain;
+      // Its lock_timeout, or its own cancel, ended a wait: the key was busy all along.
+      return { ...lookAgain, contended: code === '55P03' || cancelled };
     }
     // The session died (and what it held with it): go on.
     if (err instanceof SessionLostError && err.connected) return lookAgain;

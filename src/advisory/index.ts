@@ -1,4 +1,5 @@
 // The advisory area as the rest of pgfence sees it: other areas import from here, not from its files.
+export * from './acquire-all.js';
 export * from './acquire-options.js';
 export * from './advisory-lock.js';
 export * from './advisory-sql.js';

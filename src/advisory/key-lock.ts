@@ -30,7 +30,8 @@ export interface KeyLockContext {
   readonly blocking: BlockingWait;
   newHandle(request: AcquireRequest, session: Session, token: bigint | null): AdvisoryLockHandle;
   expire(handle: AdvisoryLockHandle): void;
-  heldDelta(n: number): void;
+  /** `n` more (or fewer) holders, on the session of that id. */
+  heldDelta(n: number, sessionId: number): void;
   idle(lock: KeyLock): void;
 }
 
@@ -51,6 +52,8 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
   private contendedUntil = 0;
   readonly line: WaitLine<AcquireRequest, AdvisoryLockHandle>;
   readonly announcesInAttempt = true;
+  /** The session the last try went to (is it still connecting?). */
+  private attemptSession: Session | null = null;
 
   constructor(
     readonly key: bigint,
@@ -68,10 +71,12 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
   async attempt(request: AcquireRequest, phase: AttemptPhase): Promise<Attempt<AdvisoryLockHandle>> {
     let session: Session;
     try {
-      session = this.ctx.sessions.sessionFor(this.key);
+      // A key waits and is tried where its marker is, so that its own marker never stands in its way.
+      session = phase.markerSession ?? this.ctx.sessions.lockSessionFor(this.key, request.bulk === true);
     } catch (err) {
       throw new LockerClosedError('the locker is closed', { cause: err });
     }
+    this.attemptSession = session;
     const code = this.tryCode(request.mode === 'shared', phase, session);
     let result: number;
     let token: bigint | null = null;
@@ -101,6 +106,28 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
     // Having stood back for other waiters, announce and look again politely: a release in between is not missed.
     if (phase.last?.stoodBack) return shared ? Op.waitPoliteTryShared : Op.waitPoliteTryExclusive;
     return shared ? Op.waitTryShared : Op.waitTryExclusive;
+  }
+
+  /** Nothing of this key is held, in flight, announced or lately contended here: a bulk try may go straight to the session. */
+  get quiet(): boolean {
+    return this.heldMode === null && !this.releasing && this.line.quiet && this.contendedUntil <= performance.now();
+  }
+
+  /** A bulk try (AdvisoryLockManager.tryMany) of a quiet key on `session`: its op code. */
+  bulkTryCode(request: AcquireRequest): OpCode {
+    return request.mode === 'shared' ? Op.tryShared : Op.tryExclusive;
+  }
+
+  /** What a bulk try answered: a holder for `request`, or null (busy, or a live lease holds the name). */
+  bulkTried(request: AcquireRequest, session: Session, result: number): AdvisoryLockHandle | null {
+    if (decodeTryResult(this.bulkTryCode(request), result).granted) return this.taken(request, session, null);
+    this.contendedUntil = performance.now() + CONTENDED_MS;
+    return null;
+  }
+
+  /** Seen busy lately: a fresh request goes straight into PostgreSQL's queue (one statement, not a try and then the wait). */
+  blockFirst(request: AcquireRequest): boolean {
+    return request.timeoutMs > 0 && this.contendedUntil > performance.now();
   }
 
   /** Waits on the waiter session; never for a live lease of the name (PostgreSQL would grant the key at once, again and again). */
@@ -142,7 +169,7 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
 
   /** The first try is on its way over a session that is still connecting: its answer decides, within deadlineMs. */
   connecting(_request: AcquireRequest, startedAt: number): { boundMs: number; error(): Error } | null {
-    if (this.ctx.sessions.peek(this.key)?.state !== 'connecting') return null;
+    if (this.attemptSession?.state !== 'connecting') return null;
     const { deadlineMs } = this.ctx;
     return {
       boundMs: deadlineMs,
@@ -211,14 +238,14 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
   private addHolder(request: AcquireRequest, token: bigint | null): AdvisoryLockHandle {
     const handle = this.ctx.newHandle(request, this.session!, token);
     this.holders.add(handle);
-    this.ctx.heldDelta(1);
+    this.ctx.heldDelta(1, handle.sessionId);
     return handle;
   }
 
   private dropHolder(handle: AdvisoryLockHandle): void {
     if (!this.holders.delete(handle)) return;
     handle.cancelTtl?.();
-    this.ctx.heldDelta(-1);
+    this.ctx.heldDelta(-1, handle.sessionId);
   }
 
   private unlock(): Promise<void> {
@@ -233,7 +260,8 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
         const unlocked = decodeUnlockResult(result);
         if (unlocked.waitersNotified) this.contendedUntil = performance.now() + CONTENDED_MS;
         // Not released: the backend no longer held it (the lock was lost before this release).
-        this.settleReleases(unlocked.released, lostCause ?? new Error('the session no longer held the lock'));
+        // The cause only when there is a loss to report: an Error's stack costs more than the rest of a release.
+        this.settleReleases(unlocked.released, unlocked.released ? undefined : (lostCause ?? new Error('the session no longer held the lock')));
         resolve();
       };
       // A failed unlock leaves nothing held: the session is gone, or reconciliation undid it. A dead session

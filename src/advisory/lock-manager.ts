@@ -1,12 +1,14 @@
-import { LockerClosedError } from '../core/index.js';
+import { LockerClosedError, LockUnavailableError, PgfenceError } from '../core/index.js';
 import type { Observer } from '../observe/index.js';
 import type { ReleaseListener } from '../session/index.js';
 import type { Session } from '../session/index.js';
 import type { SessionPool } from '../session/index.js';
+import { SessionLostError } from '../session/index.js';
 import { WaitCount } from '../wait/index.js';
 import { BlockingWait } from './blocking-wait.js';
 import { KeyLock, type KeyLockContext } from './key-lock.js';
 import { AdvisoryLockHandle, type AcquireRequest } from './advisory-lock.js';
+import type { LockTarget } from '../keys.js';
 
 
 /** Key states kept after use (beyond this, idle ones are dropped). */
@@ -30,6 +32,7 @@ export class AdvisoryLockManager {
   private readonly locks = new Map<bigint, KeyLock>();
   private readonly context: KeyLockContext;
   private heldCount = 0;
+  private readonly holdsOnWaiterSession: () => boolean;
   closed = false;
 
   constructor(
@@ -39,12 +42,8 @@ export class AdvisoryLockManager {
     /** Extra time a blocked wait's answer may take beyond its lock_timeout. */
     private readonly deadlineMs: number,
   ) {
-    const blocking = new BlockingWait(
-      sessions,
-      deadlineMs,
-      () => this.closed,
-      () => [...this.locks.values()].some((lock) => lock.heldMode !== null && sessions.isWaiterSession(lock.session)),
-    );
+    this.holdsOnWaiterSession = () => [...this.locks.values()].some((lock) => lock.heldMode !== null && sessions.isWaiterSession(lock.session));
+    const blocking = new BlockingWait(sessions, deadlineMs, () => this.closed, this.holdsOnWaiterSession);
     const manager = this;
     this.context = {
       sessions,
@@ -59,7 +58,10 @@ export class AdvisoryLockManager {
       newHandle: (request, session, token) =>
         new AdvisoryLockHandle(this, request.target.name, request.target.key, request.mode, token, session.id, request.kind),
       expire: (handle) => this.expire(handle),
-      heldDelta: (n) => (this.heldCount += n),
+      heldDelta: (n, sessionId) => {
+        this.heldCount += n;
+        sessions.noteHolds(sessionId, n);
+      },
       idle: (lock) => this.forgetIfIdle(lock),
     };
   }
@@ -76,6 +78,83 @@ export class AdvisoryLockManager {
     if (this.closed) return Promise.reject(new LockerClosedError());
     if (request.signal?.aborted) return Promise.reject(request.signal.reason);
     return this.lockOf(request.target.key).line.enqueue(request, nullOnTimeout);
+  }
+
+  /**
+   * One try for each of many keys, all issued at once (acquireAll's first step): concurrent tries on one
+   * session go out together, so thousands cost a few batched statements. A quiet key (KeyLock.quiet) is
+   * tried straight on its session, without a waiter or a promise of its own; any other takes the usual
+   * path with timeoutMs 0. A handle or null (busy) per target, in order; when any try failed, what the
+   * others took is given back and the first failure is thrown.
+   */
+  tryMany(template: AcquireRequest, targets: readonly LockTarget[]): Promise<(AdvisoryLockHandle | null)[]> {
+    if (this.closed) return Promise.reject(new LockerClosedError());
+    if (template.signal?.aborted) return Promise.reject(template.signal.reason);
+    const startedAt = performance.now();
+    const results: (AdvisoryLockHandle | null)[] = new Array(targets.length).fill(null);
+    return new Promise((resolve, reject) => {
+      let left = targets.length;
+      let failure: unknown = null;
+      const answered = (i: number, handle: AdvisoryLockHandle | null, err?: unknown) => {
+        results[i] = handle;
+        if (err !== undefined && failure === null) failure = err;
+        if (--left > 0) return;
+        if (failure === null) return resolve(results);
+        void Promise.all(results.map((h) => h?.release())).then(() => reject(failure));
+      };
+      const usual = (i: number, request: AcquireRequest) =>
+        this.acquire({ ...request, timeoutMs: 0 }, true).then(
+          (h) => answered(i, h),
+          (err: unknown) => answered(i, null, err),
+        );
+      for (let i = 0; i < targets.length; i++) {
+        const request: AcquireRequest = { ...template, target: targets[i]! };
+        const lock = this.lockOf(request.target.key);
+        if (!lock.quiet) {
+          usual(i, request);
+          continue;
+        }
+        let session: Session;
+        try {
+          session = this.context.sessions.lockSessionFor(lock.key, template.bulk === true);
+        } catch (err) {
+          answered(i, null, new LockerClosedError('the locker is closed', { cause: err }));
+          continue;
+        }
+        // Occupies the key's line: an acquire of it meanwhile waits for this try, as for any operation on the key.
+        lock.line.occupy(
+          new Promise<void>((done) =>
+            session.submit(
+              lock.bulkTryCode(request),
+              lock.key,
+              (result) => {
+                const handle = lock.bulkTried(request, session, result);
+                if (handle && this.closed) {
+                  // Closed meanwhile: nothing of it is kept.
+                  void lock.giveBack(handle).then(done);
+                  answered(i, null, new LockerClosedError('the locker was closed'));
+                  return;
+                }
+                if (handle) lock.granted(request, handle, performance.now() - startedAt);
+                answered(i, handle);
+                done();
+              },
+              (err) => {
+                done();
+                // The session died under the try: try again the usual way, on its replacement.
+                if (err instanceof SessionLostError && err.connected && !this.closed) usual(i, request);
+                else answered(i, null, err instanceof PgfenceError ? err : new LockUnavailableError(err.message, { cause: err }));
+              },
+            ),
+          ),
+        );
+      }
+    });
+  }
+
+  /** A wait is blocked on the waiter session, or a lock granted there is held (the pool must not close it). */
+  usesWaiterSession(): boolean {
+    return this.context.blocking.active || this.holdsOnWaiterSession();
   }
 
   /** This locker's held locks, by backend pid and key, with their earliest grant. */

@@ -33,6 +33,8 @@ export abstract class BaseHandle implements LockHandle {
   private controller: AbortController | null = null;
   state: 'held' | 'released' | 'lost' = 'held';
   private releasing: Promise<boolean> | null = null;
+  /** Told of the loss along with `signal` (a composite handle listens so, without a signal per member). */
+  onLoss: ((err: LockLostError) => void) | null = null;
 
   constructor(
     readonly kind: LockKind,
@@ -72,7 +74,7 @@ export abstract class BaseHandle implements LockHandle {
   markLost(err: LockLostError): boolean {
     if (this.state !== 'held') return false;
     this.state = 'lost';
-    (this.controller ??= new AbortController()).abort(err);
+    this.abort(err);
     return true;
   }
 
@@ -83,8 +85,13 @@ export abstract class BaseHandle implements LockHandle {
   markLostOnRelease(err: LockLostError): boolean {
     if (this.state !== 'released') return false;
     this.state = 'lost';
-    (this.controller ??= new AbortController()).abort(err);
+    this.abort(err);
     return true;
+  }
+
+  private abort(err: LockLostError): void {
+    (this.controller ??= new AbortController()).abort(err);
+    this.onLoss?.(err);
   }
 
   /** Marks the handle released (the lock manager calls this as it lets go). */

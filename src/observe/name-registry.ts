@@ -10,14 +10,20 @@ const MAX_REMEMBERED = 100_000;
  */
 const COALESCE_MS = 5;
 
-const INSERT_NAMES = `INSERT INTO pgfence.lock_names (key, name, namespace)
-SELECT * FROM unnest($1::int8[], $2::text[], $3::text[])
+/**
+ * Committed asynchronously (synchronous_commit off for this statement's transaction alone): names are
+ * best effort, and a durable commit would hold up the statements queued behind it on a pinned session.
+ */
+export const INSERT_NAMES = `INSERT INTO pgfence.lock_names (key, name, namespace)
+SELECT n.key, n.name, n.namespace FROM unnest($1::int8[], $2::text[], $3::text[]) AS n(key, name, namespace)
+WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL
 ON CONFLICT (key) DO NOTHING`;
 
 /**
  * Writes lock names to pgfence.lock_names so that inspect() and `pgfence status` can show names for
- * the keys they find in pg_locks. Once per name per process, batched, in the background, on a pool
- * connection: it never adds a round trip to an acquire. Without pgfence's schema it stays quiet.
+ * the keys they find in pg_locks. Once per name per process, batched, in the background, through
+ * `query` (the locker's idle waiter session, else a pool connection): it never adds a round trip to an
+ * acquire. Without pgfence's schema it stays quiet.
  */
 export class NameRegistry {
   private readonly seen = new Set<bigint>();

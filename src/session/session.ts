@@ -7,6 +7,7 @@ import { Watchdog } from './watchdog.js';
 import type { ConnectionSource, PinnedConnection } from './connection-source.js';
 import type { OpStatements } from './op-statements.js';
 import { isSchemaGone, statementFailure, undoFailedBatch } from './reconcile.js';
+import { intArray, statementQuery, type StatementText } from './statement-query.js';
 
 /** Thrown to the callers of operations that were queued on, or in flight over, a session that died. */
 export class SessionLostError extends LockUnavailableError {
@@ -50,7 +51,7 @@ export type OpCode = number;
 
 export const probeSql = { name: 'pgfence_probe', text: 'SELECT 1' };
 
-export type StatementText = string | ((guarded: boolean) => string);
+export type { StatementText } from './statement-query.js';
 
 /** The code of a statement taken back before it was sent (Session.statement's `withdraw`). */
 export const WITHDRAWN = 'PGFENCE_WITHDRAWN';
@@ -244,9 +245,7 @@ export class Session {
   private send(batch: PendingOp[]): void {
     const statement = batch[0]!.statement;
     const ops = batch.filter((op): op is LockOp => op.code !== PROBE);
-    const query = statement
-      ? { text: typeof statement.text === 'function' ? statement.text(this.guarded) : statement.text, values: statement.values }
-      : this.opsQuery(ops);
+    const query = statement ? statementQuery(statement, this.guarded) : this.opsQuery(ops);
     this.conn!.client.query<OpRow>(query).then(
       (res) => {
         if (this.inFlight !== batch) return; // the session died meanwhile: the batch was already failed
@@ -276,7 +275,7 @@ export class Session {
     const single = lone && (lone.fenced ? sql.fencedSingle[lone.code] : sql.single[lone.code]);
     if (single) return { ...single, values: [lone.key] };
     const batch = ops[0]!.fenced ? sql.fencedBatch : sql.batch;
-    return { ...batch, values: [ops.map((op) => op.code), ops.map((op) => op.key)] };
+    return { ...batch, values: [intArray(ops, (op) => op.code), intArray(ops, (op) => op.key)] };
   }
 
   /** The server answered the statement in flight. */

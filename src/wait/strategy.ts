@@ -22,7 +22,11 @@ export interface Busy {
  * What one attempt found: a grant, a busy resource, or nothing learned (the session died under it:
  * look again at once). `announcedOn`: the attempt registered the line's marker on that session.
  */
-export type Attempt<H> = ({ granted: H } | Busy | { retry: true }) & { announcedOn?: Session };
+export type Attempt<H> = ({ granted: H } | Busy | { retry: true }) & {
+  announcedOn?: Session;
+  /** A blocking wait found the resource busy (reported as contention if its waiter had not been yet). */
+  contended?: boolean;
+};
 
 /** Where the head of a line stands when it attempts. */
 export interface AttemptPhase {
@@ -45,6 +49,11 @@ export interface WaitStrategy<R extends LineRequest, H> {
    * announces and polls). `cancel` aborts when the waiter gives up or the line closes.
    */
   block?(request: R, remainingMs: number, last: Busy | null, cancel: AbortSignal): Promise<Attempt<H>> | null;
+  /**
+   * A fresh request may skip its first attempt and go straight to `block` (which then tries first and
+   * says whether it waited): the resource was busy lately, so a try would most likely fail.
+   */
+  blockFirst?(request: R): boolean;
   /** Work the key needs before its line is served, run one at a time with attempts (null: none now). */
   chore?(): Promise<void> | null;
   /** This process holds the resource (so a request waits behind local holders). */

@@ -172,8 +172,13 @@ export class WaitLine<R extends LineRequest, H> {
     this.strategy.idle();
   }
 
-  /** Runs an operation for the key, then serves the line again. */
-  private occupy(work: Promise<unknown>): void {
+  /** Nobody waits or looks, no operation is in flight, no marker: an operation may run outside the line (see occupy). */
+  get quiet(): boolean {
+    return !this.busy && this.queue.length === 0 && this.markerSession === null;
+  }
+
+  /** Runs an operation for the key (also one of the owner's own, such as a bulk try), then serves the line again. */
+  occupy(work: Promise<unknown>): void {
     this.busy = true;
     void work.then(() => {
       this.busy = false;
@@ -186,6 +191,11 @@ export class WaitLine<R extends LineRequest, H> {
   }
 
   private attempt(head: Waiter<R, H>): void {
+    if (!head.waiting && !this.markerSession && this.strategy.blockFirst?.(head.request)) {
+      head.waiting = true;
+      if (this.block(head)) return;
+      head.waiting = false;
+    }
     const phase = { waiting: head.waiting, markerSession: this.markerSession, last: head.last };
     this.inFlight(head, () => this.strategy.attempt(head.request, phase), false);
   }
@@ -224,6 +234,7 @@ export class WaitLine<R extends LineRequest, H> {
       (outcome) => {
         landed();
         if (outcome.announcedOn) this.markerSession = outcome.announcedOn;
+        if (outcome.contended && !head.settled) this.contended(head);
         if ('granted' in outcome) this.onGranted(head, outcome.granted);
         else if ('retry' in outcome) this.drive();
         else this.onBusy(head, outcome, blocked);

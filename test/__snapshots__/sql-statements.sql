@@ -122,30 +122,38 @@ FROM (SELECT (CASE WHEN pg_try_advisory_lock_shared(($1::int8 >> 32)::int4, (($1
 
 -- session locks (plain): blocking exclusive; $1 key, $2 lock_timeout
 -- prepared as pgfence_block_ex
-SELECT s.lock_timeout, s.r, NULL::text AS token
-FROM (SELECT l.lock_timeout, 1 AS r
-      FROM (SELECT set_config('lock_timeout', $2::text, false) AS lock_timeout, pg_advisory_lock($1::int8) AS locked OFFSET 0) AS l
+SELECT s.lock_timeout, s.r, s.waited, NULL::text AS token
+FROM (SELECT l.lock_timeout, l.waited, 1 AS r
+      FROM (SELECT w.lock_timeout, w.waited, CASE WHEN w.waited THEN pg_advisory_lock($1::int8) END AS locked
+            FROM (SELECT set_config('lock_timeout', $2::text, false) AS lock_timeout, NOT pg_try_advisory_lock($1::int8) AS waited OFFSET 0) AS w
+            OFFSET 0) AS l
       OFFSET 0) AS s;
 
 -- session locks (plain): blocking exclusive, fenced; $1 key, $2 lock_timeout
 -- prepared as pgfence_block_ex_fenced
-SELECT s.lock_timeout, s.r, CASE WHEN s.r = 1 THEN pgfence.next_token($1::int8)::text END AS token
-FROM (SELECT l.lock_timeout, 1 AS r
-      FROM (SELECT set_config('lock_timeout', $2::text, false) AS lock_timeout, pg_advisory_lock($1::int8) AS locked OFFSET 0) AS l
+SELECT s.lock_timeout, s.r, s.waited, CASE WHEN s.r = 1 THEN pgfence.next_token($1::int8)::text END AS token
+FROM (SELECT l.lock_timeout, l.waited, 1 AS r
+      FROM (SELECT w.lock_timeout, w.waited, CASE WHEN w.waited THEN pg_advisory_lock($1::int8) END AS locked
+            FROM (SELECT set_config('lock_timeout', $2::text, false) AS lock_timeout, NOT pg_try_advisory_lock($1::int8) AS waited OFFSET 0) AS w
+            OFFSET 0) AS l
       OFFSET 0) AS s;
 
 -- session locks (plain): blocking shared; $1 key, $2 lock_timeout
 -- prepared as pgfence_block_sh
-SELECT s.lock_timeout, s.r, NULL::text AS token
-FROM (SELECT l.lock_timeout, 1 AS r
-      FROM (SELECT set_config('lock_timeout', $2::text, false) AS lock_timeout, pg_advisory_lock_shared($1::int8) AS locked OFFSET 0) AS l
+SELECT s.lock_timeout, s.r, s.waited, NULL::text AS token
+FROM (SELECT l.lock_timeout, l.waited, 1 AS r
+      FROM (SELECT w.lock_timeout, w.waited, CASE WHEN w.waited THEN pg_advisory_lock_shared($1::int8) END AS locked
+            FROM (SELECT set_config('lock_timeout', $2::text, false) AS lock_timeout, NOT pg_try_advisory_lock_shared($1::int8) AS waited OFFSET 0) AS w
+            OFFSET 0) AS l
       OFFSET 0) AS s;
 
 -- session locks (plain): blocking shared, fenced; $1 key, $2 lock_timeout
 -- prepared as pgfence_block_sh_fenced
-SELECT s.lock_timeout, s.r, CASE WHEN s.r = 1 THEN pgfence.next_token($1::int8)::text END AS token
-FROM (SELECT l.lock_timeout, 1 AS r
-      FROM (SELECT set_config('lock_timeout', $2::text, false) AS lock_timeout, pg_advisory_lock_shared($1::int8) AS locked OFFSET 0) AS l
+SELECT s.lock_timeout, s.r, s.waited, CASE WHEN s.r = 1 THEN pgfence.next_token($1::int8)::text END AS token
+FROM (SELECT l.lock_timeout, l.waited, 1 AS r
+      FROM (SELECT w.lock_timeout, w.waited, CASE WHEN w.waited THEN pg_advisory_lock_shared($1::int8) END AS locked
+            FROM (SELECT set_config('lock_timeout', $2::text, false) AS lock_timeout, NOT pg_try_advisory_lock_shared($1::int8) AS waited OFFSET 0) AS w
+            OFFSET 0) AS l
       OFFSET 0) AS s;
 
 -- session locks (guarded): the batch; $1 op codes, $2 keys
@@ -270,30 +278,38 @@ FROM (SELECT (CASE WHEN pg_try_advisory_lock_shared(($1::int8 >> 32)::int4, (($1
 
 -- session locks (guarded): blocking exclusive; $1 key, $2 lock_timeout
 -- prepared as pgfence_block_ex_g
-SELECT s.lock_timeout, s.r, NULL::text AS token
-FROM (SELECT l.lock_timeout, pgfence.admit_session_lock($1::int8, false, true) AS r
-      FROM (SELECT set_config('lock_timeout', $2::text, false) AS lock_timeout, pg_advisory_lock($1::int8) AS locked OFFSET 0) AS l
+SELECT s.lock_timeout, s.r, s.waited, NULL::text AS token
+FROM (SELECT l.lock_timeout, l.waited, pgfence.admit_session_lock($1::int8, false, true) AS r
+      FROM (SELECT w.lock_timeout, w.waited, CASE WHEN w.waited THEN pg_advisory_lock($1::int8) END AS locked
+            FROM (SELECT set_config('lock_timeout', $2::text, false) AS lock_timeout, NOT pg_try_advisory_lock($1::int8) AS waited OFFSET 0) AS w
+            OFFSET 0) AS l
       OFFSET 0) AS s;
 
 -- session locks (guarded): blocking exclusive, fenced; $1 key, $2 lock_timeout
 -- prepared as pgfence_block_ex_fenced_g
-SELECT s.lock_timeout, s.r, CASE WHEN s.r = 1 THEN pgfence.next_token($1::int8)::text END AS token
-FROM (SELECT l.lock_timeout, pgfence.admit_session_lock($1::int8, false, true) AS r
-      FROM (SELECT set_config('lock_timeout', $2::text, false) AS lock_timeout, pg_advisory_lock($1::int8) AS locked OFFSET 0) AS l
+SELECT s.lock_timeout, s.r, s.waited, CASE WHEN s.r = 1 THEN pgfence.next_token($1::int8)::text END AS token
+FROM (SELECT l.lock_timeout, l.waited, pgfence.admit_session_lock($1::int8, false, true) AS r
+      FROM (SELECT w.lock_timeout, w.waited, CASE WHEN w.waited THEN pg_advisory_lock($1::int8) END AS locked
+            FROM (SELECT set_config('lock_timeout', $2::text, false) AS lock_timeout, NOT pg_try_advisory_lock($1::int8) AS waited OFFSET 0) AS w
+            OFFSET 0) AS l
       OFFSET 0) AS s;
 
 -- session locks (guarded): blocking shared; $1 key, $2 lock_timeout
 -- prepared as pgfence_block_sh_g
-SELECT s.lock_timeout, s.r, NULL::text AS token
-FROM (SELECT l.lock_timeout, pgfence.admit_session_lock($1::int8, true, true) AS r
-      FROM (SELECT set_config('lock_timeout', $2::text, false) AS lock_timeout, pg_advisory_lock_shared($1::int8) AS locked OFFSET 0) AS l
+SELECT s.lock_timeout, s.r, s.waited, NULL::text AS token
+FROM (SELECT l.lock_timeout, l.waited, pgfence.admit_session_lock($1::int8, true, true) AS r
+      FROM (SELECT w.lock_timeout, w.waited, CASE WHEN w.waited THEN pg_advisory_lock_shared($1::int8) END AS locked
+            FROM (SELECT set_config('lock_timeout', $2::text, false) AS lock_timeout, NOT pg_try_advisory_lock_shared($1::int8) AS waited OFFSET 0) AS w
+            OFFSET 0) AS l
       OFFSET 0) AS s;
 
 -- session locks (guarded): blocking shared, fenced; $1 key, $2 lock_timeout
 -- prepared as pgfence_block_sh_fenced_g
-SELECT s.lock_timeout, s.r, CASE WHEN s.r = 1 THEN pgfence.next_token($1::int8)::text END AS token
-FROM (SELECT l.lock_timeout, pgfence.admit_session_lock($1::int8, true, true) AS r
-      FROM (SELECT set_config('lock_timeout', $2::text, false) AS lock_timeout, pg_advisory_lock_shared($1::int8) AS locked OFFSET 0) AS l
+SELECT s.lock_timeout, s.r, s.waited, CASE WHEN s.r = 1 THEN pgfence.next_token($1::int8)::text END AS token
+FROM (SELECT l.lock_timeout, l.waited, pgfence.admit_session_lock($1::int8, true, true) AS r
+      FROM (SELECT w.lock_timeout, w.waited, CASE WHEN w.waited THEN pg_advisory_lock_shared($1::int8) END AS locked
+            FROM (SELECT set_config('lock_timeout', $2::text, false) AS lock_timeout, NOT pg_try_advisory_lock_shared($1::int8) AS waited OFFSET 0) AS w
+            OFFSET 0) AS l
       OFFSET 0) AS s;
 
 -- session setup (also the probe of an unguarded session)
@@ -309,6 +325,16 @@ SELECT set_config('default_transaction_isolation', 'read committed', false) AS i
 -- session keepalive probe
 -- prepared as pgfence_probe
 SELECT 1;
+
+-- waiter session, ahead of its first wait (guarded; unguarded: the probe)
+-- prepared as pgfence_warm_guard
+SELECT pgfence.admit_session_lock(-6087607593372428434, false, true) AS r;
+
+-- name registry: names of keys; $1 keys, $2 names, $3 namespaces
+INSERT INTO pgfence.lock_names (key, name, namespace)
+SELECT n.key, n.name, n.namespace FROM unnest($1::int8[], $2::text[], $3::text[]) AS n(key, name, namespace)
+WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL
+ON CONFLICT (key) DO NOTHING;
 
 -- session locks held, to reconcile a failed batch
 SELECT objsubid::int AS space, ((classid::int8 << 32) | objid::int8) AS key, mode
