@@ -108,7 +108,7 @@ export class BlockingWait {
         );
       });
       // Its lock_timeout, or its own cancel, ended a wait: the key was busy all along.
-      return { ...lookAgain, contended: code === '55P03' || cancelled };
+      return { ...lookAgain, contended: isLockNotAvailable(err) || cancelled };
     }
     // The session died (and what it held with it): go on.
     if (err instanceof SessionLostError && err.connected) return lookAgain;
