@@ -32,6 +32,8 @@ export interface KeyLockContext {
   expire(handle: AdvisoryLockHandle): void;
   /** `n` more (or fewer) holders, on the session of that id. */
   heldDelta(n: number, sessionId: number): void;
+  /** One more (or one fewer) key held on the waiter session (a wait must never block a release there). */
+  waiterHoldsDelta(n: 1 | -1): void;
   idle(lock: KeyLock): void;
 }
 
@@ -45,6 +47,8 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
   heldMode: LockMode | null = null;
   /** The session that holds it. */
   session: Session | null = null;
+  /** The hold is on the waiter session (counted by the manager). */
+  private heldOnWaiter = false;
   readonly holders = new Set<AdvisoryLockHandle>();
   /** release() calls waiting for the unlock to complete. */
   private releaseWaiters: { handle: AdvisoryLockHandle; resolve: (released: boolean) => void }[] = [];
@@ -138,8 +142,7 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
 
   /** The server granted the key on `session`: a holder for `request`. */
   taken(request: AcquireRequest, session: Session, token: bigint | null): AdvisoryLockHandle {
-    this.heldMode = request.mode;
-    this.session = session;
+    this.hold(request.mode, session);
     return this.addHolder(request, token);
   }
 
@@ -221,8 +224,7 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
   /** The session that held the key is gone, and the hold with it. */
   sessionLost(err: Error): void {
     const holders = [...this.holders];
-    this.heldMode = null;
-    this.session = null;
+    this.hold(null, null);
     for (const h of holders) this.lose(h, 'session-lost', err);
     this.settleReleases(false, err);
     this.line.kick();
@@ -233,6 +235,15 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
     if (!handle.markLost(err)) return;
     this.dropHolder(handle);
     this.ctx.observer.lost(handle, handle.holdMs, reason, err);
+  }
+
+  /** Sets (or clears) the server hold; the manager counts holds on the waiter session from here, not by a scan. */
+  private hold(mode: LockMode | null, session: Session | null): void {
+    const onWaiter = mode !== null && this.ctx.sessions.isWaiterSession(session);
+    if (onWaiter !== this.heldOnWaiter) this.ctx.waiterHoldsDelta(onWaiter ? 1 : -1);
+    this.heldOnWaiter = onWaiter;
+    this.heldMode = mode;
+    this.session = session;
   }
 
   private addHolder(request: AcquireRequest, token: bigint | null): AdvisoryLockHandle {
@@ -253,10 +264,7 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
     const code = this.heldMode === 'shared' ? Op.unlockShared : Op.unlockExclusive;
     return new Promise((resolve) => {
       const done = (result: number, lostCause?: Error) => {
-        if (this.session === session) {
-          this.heldMode = null;
-          this.session = null;
-        }
+        if (this.session === session) this.hold(null, null);
         const unlocked = decodeUnlockResult(result);
         if (unlocked.waitersNotified) this.contendedUntil = performance.now() + CONTENDED_MS;
         // Not released: the backend no longer held it (the lock was lost before this release).

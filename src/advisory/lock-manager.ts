@@ -33,6 +33,8 @@ export class AdvisoryLockManager {
   private readonly context: KeyLockContext;
   private heldCount = 0;
   private readonly holdsOnWaiterSession: () => boolean;
+  /** Keys held on the waiter session now (KeyLock.hold keeps it). */
+  private waiterHolds = 0;
   closed = false;
 
   constructor(
@@ -42,7 +44,7 @@ export class AdvisoryLockManager {
     /** Extra time a blocked wait's answer may take beyond its lock_timeout. */
     private readonly deadlineMs: number,
   ) {
-    this.holdsOnWaiterSession = () => [...this.locks.values()].some((lock) => lock.heldMode !== null && sessions.isWaiterSession(lock.session));
+    this.holdsOnWaiterSession = () => this.waiterHolds > 0;
     const blocking = new BlockingWait(sessions, deadlineMs, () => this.closed, this.holdsOnWaiterSession);
     const manager = this;
     this.context = {
@@ -61,6 +63,9 @@ export class AdvisoryLockManager {
       heldDelta: (n, sessionId) => {
         this.heldCount += n;
         sessions.noteHolds(sessionId, n);
+      },
+      waiterHoldsDelta: (n) => {
+        this.waiterHolds += n;
       },
       idle: (lock) => this.forgetIfIdle(lock),
     };
