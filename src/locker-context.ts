@@ -1,14 +1,11 @@
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
-import { heldInCallback, runHolding } from './advisory/index.js';
-import type { LockBudget } from './advisory/index.js';
+import { heldInCallback, type LockBudget, runHolding } from './advisory/index.js';
 import type { LockerContext } from './locker-parts.js';
-import type { LockHandle } from './core/index.js';
-import { LockerClosedError, NestedLockError } from './core/index.js';
+import { LockerClosedError, type LockHandle, NestedLockError } from './core/index.js';
 import type { LockTarget } from './keys.js';
 import type { ResolvedLockerOptions } from './locker-options.js';
-import type { Logger } from './observe/index.js';
-import type { NameRegistry } from './observe/index.js';
+import type { Logger, NameRegistry } from './observe/index.js';
 import { booleanOption } from './options.js';
 import type { ConnectionSource } from './session/index.js';
 

@@ -1,10 +1,8 @@
 import type pg from 'pg';
-import { InvalidArgumentError } from './core/index.js';
+import { describeType, InvalidArgumentError } from './core/index.js';
 import { nameToBytes } from './keys.js';
-import { jsonSafeLogger, type Logger, silentLogger } from './observe/index.js';
-import type { Meter } from './observe/index.js';
+import { jsonSafeLogger, type Logger, type Meter, silentLogger } from './observe/index.js';
 import { durationMs, optionKeys, optionsObject, positiveInteger } from './options.js';
-import { describeType } from './core/index.js';
 
 export interface LockerOptions {
   /**

@@ -1,35 +1,14 @@
 import { EventEmitter } from 'node:events';
-import {
-  ACQUIRE_OPTION_KEYS,
-  acquireRequest,
-  leaderGuardRequest,
-  tryAcquireRequest,
-  type AcquireOptions,
-  type FencedAcquireOptions,
-} from './advisory/index.js';
-import { acquireAll, type CompositeLockHandle } from './advisory/index.js';
-import { LockBudget } from './advisory/index.js';
-import { AdvisoryLockManager, type AcquireRequest } from './advisory/index.js';
-import { SemaphoreManager, type Semaphore, type SemaphoreOptions } from './advisory/index.js';
-import { openSemaphore } from './advisory/index.js';
+import { ACQUIRE_OPTION_KEYS, acquireAll, type AcquireOptions, acquireRequest, type AcquireRequest, AdvisoryLockManager, type CompositeLockHandle, type FencedAcquireOptions, leaderGuardRequest, LockBudget, openSemaphore, type Semaphore, SemaphoreManager, type SemaphoreOptions, sessionLockStatements, tryAcquireRequest, warmGuardSql } from './advisory/index.js';
 import type { FencedLockHandle, LockHandle } from './core/index.js';
 import { LockerParts } from './locker-parts.js';
 import { resolveLock, type LockName } from './keys.js';
-import { LeaderCampaign, startCampaign, type LeaderElection } from './lease/index.js';
-import { LeaseManager, type LeaseHandle } from './lease/index.js';
-import { LEADER_OPTION_KEYS, LEASE_OPTION_KEYS, leaseRequest, tryLeaseRequest, type LeaseOptions } from './lease/index.js';
+import { LEADER_OPTION_KEYS, LeaderCampaign, type LeaderElection, LEASE_OPTION_KEYS, type LeaseHandle, LeaseManager, type LeaseOptions, leaseRequest, startCampaign, tryLeaseRequest } from './lease/index.js';
 import { LOCKER_OPTION_KEYS, resolveLockerOptions, type LockerOptions } from './locker-options.js';
 import { PgLockerContext } from './locker-context.js';
-import type { LockerEvents, LockerStats } from './observe/index.js';
-import { inspectDatabase, type LockReport, type OwnLocks } from './observe/index.js';
-import { NameRegistry } from './observe/index.js';
-import { Observer, reportBounce } from './observe/index.js';
+import { inspectDatabase, type LockerEvents, type LockerStats, type LockReport, NameRegistry, Observer, type OwnLocks, reportBounce } from './observe/index.js';
 import { callback } from './options.js';
-import { ConnectionSource } from './session/index.js';
-import { ReleaseListener } from './session/index.js';
-import { deadClientBounds, PinnedSessionSettings } from './session/index.js';
-import { SessionPool } from './session/index.js';
-import { sessionLockStatements, warmGuardSql } from './advisory/index.js';
+import { ConnectionSource, deadClientBounds, PinnedSessionSettings, ReleaseListener, SessionPool } from './session/index.js';
 
 // Each kind of lock parses its own options; they are named here too, where they always were.
 export { ACQUIRE_OPTION_KEYS, LEADER_OPTION_KEYS, LEASE_OPTION_KEYS, LOCKER_OPTION_KEYS };

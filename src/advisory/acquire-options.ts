@@ -1,6 +1,5 @@
 import type { LockerContext } from '../locker-parts.js';
-import type { LockMode } from '../core/index.js';
-import { InvalidArgumentError } from '../core/index.js';
+import { InvalidArgumentError, type LockMode } from '../core/index.js';
 import { resolveLock, type LockName } from '../keys.js';
 import { abortSignal, booleanOption, durationMs, oneOf, optionKeys, optionsObject, singleAttempt } from '../options.js';
 import type { AcquireRequest } from './advisory-lock.js';

@@ -1,8 +1,6 @@
 import { isLockNotAvailable, isQueryCanceled, LockUnavailableError, PgfenceError, schemaMissingError, sqlState } from '../core/index.js';
 import { blockingLockSql, heldBySessionSql, Op } from './advisory-sql.js';
-import type { Session } from '../session/index.js';
-import { SessionLostError, WITHDRAWN } from '../session/index.js';
-import type { SessionPool } from '../session/index.js';
+import { type Session, SessionLostError, type SessionPool, WITHDRAWN } from '../session/index.js';
 import type { Attempt } from '../wait/index.js';
 import type { AcquireRequest, AdvisoryLockHandle } from './advisory-lock.js';
 import { lockTimeoutSetting } from './lock-timeout.js';

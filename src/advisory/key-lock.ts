@@ -1,14 +1,8 @@
-import { LockerClosedError, LockLostError, LockTimeoutError, LockUnavailableError, PgfenceError } from '../core/index.js';
-import type { LockMode } from '../core/index.js';
+import { LockerClosedError, LockLostError, type LockMode, LockTimeoutError, LockUnavailableError, PgfenceError, setLongTimeout } from '../core/index.js';
 import type { Observer } from '../observe/index.js';
-import { setLongTimeout } from '../core/index.js';
 import { Op, type OpCode } from './advisory-sql.js';
-import type { ReleaseListener } from '../session/index.js';
-import type { Session } from '../session/index.js';
-import { SessionLostError } from '../session/index.js';
-import type { SessionPool } from '../session/index.js';
-import type { Attempt, AttemptPhase, Busy, WaitStrategy } from '../wait/index.js';
-import { WaitCount, WaitLine } from '../wait/index.js';
+import { type ReleaseListener, type Session, SessionLostError, type SessionPool } from '../session/index.js';
+import { type Attempt, type AttemptPhase, type Busy, WaitCount, WaitLine, type WaitStrategy } from '../wait/index.js';
 import type { BlockingWait } from './blocking-wait.js';
 import type { AcquireRequest, AdvisoryLockHandle } from './advisory-lock.js';
 import { decodeTryResult, decodeUnlockResult } from './op-result.js';

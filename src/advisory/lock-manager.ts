@@ -1,9 +1,6 @@
 import { LockerClosedError, LockUnavailableError, PgfenceError } from '../core/index.js';
 import type { Observer } from '../observe/index.js';
-import type { ReleaseListener } from '../session/index.js';
-import type { Session } from '../session/index.js';
-import type { SessionPool } from '../session/index.js';
-import { SessionLostError } from '../session/index.js';
+import { type ReleaseListener, type Session, SessionLostError, type SessionPool } from '../session/index.js';
 import { WaitCount } from '../wait/index.js';
 import { BlockingWait } from './blocking-wait.js';
 import { KeyLock, type KeyLockContext } from './key-lock.js';

@@ -1,6 +1,5 @@
 import type { LockerContext } from '../locker-parts.js';
-import type { LockTarget, LockName } from '../keys.js';
-import { resolveLock } from '../keys.js';
+import { type LockName, type LockTarget, resolveLock } from '../keys.js';
 import { abortSignal, callback, durationMs, optionsObject, positiveInteger, singleAttempt } from '../options.js';
 import {
   SEMAPHORE_ACQUIRE_OPTION_KEYS,

@@ -1,15 +1,10 @@
-import { LockLostError, LockUnavailableError, PgfenceError } from '../core/index.js';
+import { BaseHandle, type LockHandle, LockLostError, LockUnavailableError, PgfenceError } from '../core/index.js';
 import { internalKey, type LockTarget } from '../keys.js';
 import { optionKeys } from '../options.js';
 import type { Observer } from '../observe/index.js';
-import type { ReleaseListener } from '../session/index.js';
-import type { Session } from '../session/index.js';
-import { SessionLostError } from '../session/index.js';
-import type { SessionPool } from '../session/index.js';
-import { BaseHandle, type LockHandle } from '../core/index.js';
+import { type ReleaseListener, type Session, SessionLostError, type SessionPool } from '../session/index.js';
 import { releaseSlotSql, tryAnySlotSql } from './semaphore-sql.js';
-import type { Attempt, AttemptPhase, LineRequest } from '../wait/index.js';
-import { closedError, WaitLines } from '../wait/index.js';
+import { type Attempt, type AttemptPhase, closedError, type LineRequest, WaitLines } from '../wait/index.js';
 
 export interface SemaphoreOptions {
   /** How many holders at most, across every process. Use the same number everywhere for a name. */

@@ -1,19 +1,6 @@
-import {
-  DeadlockError,
-  describeLock,
-  InvalidArgumentError,
-  LockTimeoutError,
-  LockUnavailableError,
-  NestedLockError,
-  NotInTransactionError,
-  schemaMissingError,
-  TransactionAbortedError,
-} from '../core/index.js';
+import { DeadlockError, describeLock, InvalidArgumentError, isConnectionLost, type LockMode, LockTimeoutError, LockUnavailableError, NestedLockError, NotInTransactionError, schemaMissingError, type SqlExecutor, sqlState, SQLSTATE, TransactionAbortedError } from '../core/index.js';
 import { nameToBytes, resolveLock, type LockName, type LockTarget } from '../keys.js';
 import { abortSignal, booleanOption, durationMs, oneOf, optionKeys, optionsObject } from '../options.js';
-import type { SqlExecutor } from '../core/index.js';
-import { isConnectionLost, sqlState, SQLSTATE } from '../core/index.js';
-import type { LockMode } from '../core/index.js';
 import { nextTokenSql, tryXactLockSql, undoWaitScript, waitXactLockScript } from './xact-sql.js';
 
 export interface XactLockOptions {

@@ -3,8 +3,7 @@
  * figure sits next to a baseline doing the same work in the same run; `npm run bench` runs this too.
  */
 
-import { MEASUREMENTS, runBench, selectMeasurements } from '../bench/index.js';
-import { benchConfig } from '../bench/index.js';
+import { benchConfig, MEASUREMENTS, runBench, selectMeasurements } from '../bench/index.js';
 import { booleanFlag, numberFlag, stringFlag, UsageError } from './args.js';
 import { noPositionals, runCommand, type CommandSpec } from './command.js';
 import { databaseFlag, databaseHelp, databaseUrl } from './database.js';

@@ -6,8 +6,7 @@
 
 import { InvalidArgumentError } from '../core/index.js';
 import { hasLibpqEnv, isUrl, resolveConnectionString } from '../session/index.js';
-import type { FlagSpec, ParsedArgs } from './args.js';
-import { UsageError, stringFlag } from './args.js';
+import { type FlagSpec, type ParsedArgs, stringFlag, UsageError } from './args.js';
 
 export const databaseFlag: Record<string, FlagSpec> = { 'database-url': { type: 'string' } };
 

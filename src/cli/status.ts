@@ -5,15 +5,13 @@
  */
 
 import pg from 'pg';
-import { openPool } from '../session/index.js';
+import { clientLike, detectPinning, openPool, type Pinning } from '../session/index.js';
 import { inspectDatabase, type LockEntry, type LockReport } from '../observe/index.js';
-import { clientLike, detectPinning, type Pinning } from '../session/index.js';
 import { booleanFlag, formatMs, numberFlag, type ParsedArgs } from './args.js';
 import { noPositionals, runCommand, type CommandSpec } from './command.js';
 import { databaseFlag, databaseHelp, databaseUrl, withApplicationName } from './database.js';
 import { EXIT } from './exit-codes.js';
-import { toJson } from '../core/index.js';
-import { sleep } from '../core/index.js';
+import { sleep, toJson } from '../core/index.js';
 import { ago, clip, errorText, shortDuration, table } from './format.js';
 
 const DEFAULT_INTERVAL_MS = 2000;

@@ -1,5 +1,4 @@
-import type { SqlExecutor } from '../core/index.js';
-import { InvalidArgumentError } from '../core/index.js';
+import { InvalidArgumentError, type SqlExecutor } from '../core/index.js';
 import { optionKeys, optionsObject } from '../options.js';
 import { guardedTarget, staleFromTrigger, type GuardedCounts } from './fenced-update.js';
 

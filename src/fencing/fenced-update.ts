@@ -1,7 +1,4 @@
-import type { SqlExecutor } from '../core/index.js';
-import { sqlState, SQLSTATE } from '../core/index.js';
-import { InvalidArgumentError, StaleTokenError } from '../core/index.js';
-import { describeType } from '../core/index.js';
+import { describeType, InvalidArgumentError, type SqlExecutor, sqlState, SQLSTATE, StaleTokenError } from '../core/index.js';
 import { optionKeys, optionsObject } from '../options.js';
 import { quoteColumn, quoteTable } from './identifiers.js';
 

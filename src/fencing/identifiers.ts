@@ -1,5 +1,4 @@
-import { InvalidArgumentError } from '../core/index.js';
-import { describeType } from '../core/index.js';
+import { describeType, InvalidArgumentError } from '../core/index.js';
 
 /** Plain SQL identifiers only: anything else (quotes, spaces, semicolons) is refused, never escaped. */
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_$]*$/;

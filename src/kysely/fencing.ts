@@ -1,11 +1,7 @@
 import { sql, type UpdateQueryBuilder } from 'kysely';
-import { InvalidArgumentError } from '../core/index.js';
-import { describeType } from '../core/index.js';
+import { describeType, InvalidArgumentError } from '../core/index.js';
 import { optionKeys, optionsObject } from '../options.js';
-import { checkToken, DEFAULT_FENCING_COLUMN, fencedUpdateWith, type FencedUpdateResult, type FencedUpdateSpec } from '../fencing/index.js';
-import { fencedClaimWith, type FencedClaimResult, type FencedClaimSpec } from '../fencing/index.js';
-import { fencingColumnSql, type FencingColumnOptions } from '../fencing/index.js';
-import { bareIdentifier, quoteColumn } from '../fencing/index.js';
+import { bareIdentifier, checkToken, DEFAULT_FENCING_COLUMN, type FencedClaimResult, type FencedClaimSpec, fencedClaimWith, type FencedUpdateResult, type FencedUpdateSpec, fencedUpdateWith, type FencingColumnOptions, fencingColumnSql, quoteColumn } from '../fencing/index.js';
 import { kyselySqlExecutor, type AnyKysely } from './sql-executor.js';
 
 /**

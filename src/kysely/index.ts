@@ -1,16 +1,7 @@
 import type { Kysely, Transaction } from 'kysely';
 import type { LockName } from '../keys.js';
 import { kyselySqlExecutor } from './sql-executor.js';
-import {
-  tryXactLockWith,
-  xactLockWith,
-  type FencedXactLockOptions,
-  type FencedXactLockResult,
-  type XactExecutor,
-  type XactLockOptions,
-  type XactLockResult,
-} from '../advisory/index.js';
-import { doomTransactionSql } from '../advisory/index.js';
+import { doomTransactionSql, type FencedXactLockOptions, type FencedXactLockResult, tryXactLockWith, type XactExecutor, type XactLockOptions, type XactLockResult, xactLockWith } from '../advisory/index.js';
 
 export type { FencedXactLockOptions, FencedXactLockResult, XactLockOptions, XactLockResult } from '../advisory/index.js';
 

@@ -1,17 +1,5 @@
 import type { SqlExecutor } from '../core/index.js';
-import { planDefinitionMigrations, readDefinitionLog } from '../migrate/index.js';
-import { readMigrationSet, type MigrationFile, type MigrationFolders, type MigrationSet } from '../migrate/index.js';
-import {
-  applyDefinition,
-  applyMigration,
-  appliedDefinitions,
-  appliedMigrations,
-  assertNoEditedMigrations,
-  changedDefinitions,
-  ensureHistoryTables,
-} from '../migrate/index.js';
-import { lockMigrationsForTransaction, MIGRATION_LOCK_TIMEOUT_MS } from '../migrate/index.js';
-import { packageFolders } from '../migrate/index.js';
+import { appliedDefinitions, appliedMigrations, applyDefinition, applyMigration, assertNoEditedMigrations, changedDefinitions, ensureHistoryTables, lockMigrationsForTransaction, MIGRATION_LOCK_TIMEOUT_MS, type MigrationFile, type MigrationFolders, type MigrationSet, packageFolders, planDefinitionMigrations, readDefinitionLog, readMigrationSet } from '../migrate/index.js';
 import { kyselySqlExecutor, type AnyKysely } from './sql-executor.js';
 
 /**

@@ -1,7 +1,5 @@
 import { CompiledQuery, type Kysely } from 'kysely';
-import type { SqlExecutor } from '../core/index.js';
-import { InvalidArgumentError } from '../core/index.js';
-import { describeType } from '../core/index.js';
+import { describeType, InvalidArgumentError, type SqlExecutor } from '../core/index.js';
 
 /** Any database schema: pgfence's statements name their tables themselves. A Transaction is a Kysely too. */
 export type AnyKysely = Kysely<any>;

@@ -1,9 +1,6 @@
-import { anySignal, sleep } from '../core/index.js';
+import { anySignal, InvalidArgumentError, LockerClosedError, type LockHandle, type LockLostError, type LockLostReason, PgfenceError, sleep } from '../core/index.js';
 import { EventEmitter } from 'node:events';
 import type { LockerContext } from '../locker-parts.js';
-import type { LockHandle } from '../core/index.js';
-import type { LockLostReason } from '../core/index.js';
-import { InvalidArgumentError, LockerClosedError, PgfenceError, type LockLostError } from '../core/index.js';
 import { internalKey, type LockName, type LockTarget } from '../keys.js';
 import { abortSignal, optionKeys, optionsObject } from '../options.js';
 import type { Logger } from '../observe/index.js';

@@ -1,15 +1,8 @@
-import type { LockLostReason } from '../core/index.js';
-import { LockLostError, LockUnavailableError, PgfenceError, schemaMissingError } from '../core/index.js';
+import { BaseHandle, type LockHandle, LockLostError, type LockLostReason, LockUnavailableError, PgfenceError, schemaMissingError, setLongTimeout } from '../core/index.js';
 import type { LockTarget } from '../keys.js';
 import type { Observer } from '../observe/index.js';
-import { setLongTimeout } from '../core/index.js';
-import type { ConnectionSource } from '../session/index.js';
-import type { ReleaseListener } from '../session/index.js';
-import type { Session } from '../session/index.js';
-import type { SessionPool } from '../session/index.js';
-import { BaseHandle, type LockHandle } from '../core/index.js';
-import type { Attempt } from '../wait/index.js';
-import { closedError, WaitLines } from '../wait/index.js';
+import type { ConnectionSource, ReleaseListener, Session, SessionPool } from '../session/index.js';
+import { type Attempt, closedError, WaitLines } from '../wait/index.js';
 import { leaseStatements } from './lease-sql.js';
 import { runStatement } from './lease-statements.js';
 

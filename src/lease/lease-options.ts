@@ -1,8 +1,7 @@
 import type { LockerContext } from '../locker-parts.js';
-import { InvalidArgumentError } from '../core/index.js';
+import { describeType, InvalidArgumentError } from '../core/index.js';
 import { resolveLock, type LockName } from '../keys.js';
 import { abortSignal, booleanOption, durationMs, optionKeys, optionsObject, singleAttempt } from '../options.js';
-import { describeType } from '../core/index.js';
 import type { LeaseRequest } from './lease-manager.js';
 
 export interface LeaseOptions<D = unknown> {

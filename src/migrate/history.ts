@@ -1,5 +1,4 @@
-import type { SqlExecutor } from '../core/index.js';
-import { PgfenceError } from '../core/index.js';
+import { PgfenceError, type SqlExecutor } from '../core/index.js';
 import type { DefinitionFile, MigrationFile } from './files.js';
 import {
   appliedDefinitionsSql,

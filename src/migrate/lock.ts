@@ -1,6 +1,4 @@
-import { PgfenceError } from '../core/index.js';
-import type { SqlExecutor } from '../core/index.js';
-import { isLockNotAvailable } from '../core/index.js';
+import { isLockNotAvailable, PgfenceError, type SqlExecutor } from '../core/index.js';
 import { internalKey } from '../keys.js';
 import { lockSessionSql, lockTransactionSql, unlockSessionSql } from './migrate-sql.js';
 

@@ -1,8 +1,6 @@
 import pg from 'pg';
-import { resolveConnectionString } from '../session/index.js';
-import { openPool } from '../session/index.js';
-import { InvalidArgumentError } from '../core/index.js';
-import { describeType } from '../core/index.js';
+import { openPool, resolveConnectionString } from '../session/index.js';
+import { describeType, InvalidArgumentError } from '../core/index.js';
 import { optionKeys, optionsObject } from '../options.js';
 import { packageFolders } from './package-folders.js';
 import { runMigrations, type MigrateResult } from './runner.js';

@@ -1,6 +1,5 @@
 import type pg from 'pg';
-import { pgSqlExecutor, type SqlExecutor } from '../core/index.js';
-import { LockUnavailableError, PgfenceError } from '../core/index.js';
+import { LockUnavailableError, PgfenceError, pgSqlExecutor, type SqlExecutor } from '../core/index.js';
 import { readMigrationSet, type MigrationFolders, type MigrationSet } from './files.js';
 import {
   applyDefinition,

@@ -1,5 +1,4 @@
-import type { LockEventInfo, LockLostReason } from '../core/index.js';
-import type { LockLostError } from '../core/index.js';
+import type { LockEventInfo, LockLostError, LockLostReason } from '../core/index.js';
 
 /** The payloads of a locker's events, and its stats: what the observer, the meter and listeners share. */
 export interface AcquiredEvent extends LockEventInfo {

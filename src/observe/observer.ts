@@ -1,6 +1,5 @@
 import type { EventEmitter } from 'node:events';
-import { bigintAsString, type HeldLockInfo, type LockEventInfo, type LockLostReason } from '../core/index.js';
-import type { LockLostError } from '../core/index.js';
+import { bigintAsString, type HeldLockInfo, type LockEventInfo, type LockLostError, type LockLostReason } from '../core/index.js';
 import type { AcquiredEvent, BounceEvent, ContentionEvent, LockerEvents, LockerStats, LostEvent, ReleasedEvent, TimeoutEvent } from './events.js';
 import { type Logger, silentLogger } from './logger.js';
 import { createInstruments, type Meter, type MeterInstruments } from './metrics.js';

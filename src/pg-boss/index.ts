@@ -8,9 +8,7 @@
 import { InvalidArgumentError, PgfenceError, type FencedLockHandle, type Locker, type LockHandle, type LockLostError } from '../index.js';
 import { reportBounce, type BounceReporter } from '../observe/index.js';
 import { runHolding } from '../advisory/index.js';
-import { jsonCompatible } from '../core/index.js';
-import { anySignal, setLongTimeout } from '../core/index.js';
-import { describeType } from '../core/index.js';
+import { anySignal, describeType, jsonCompatible, setLongTimeout } from '../core/index.js';
 import { booleanOption, callback, durationMs, objectOption, optionKeys, optionsObject } from '../options.js';
 
 /** A job as pg-boss hands it to a worker (with `includeMetadata`, it carries more fields). */

@@ -1,8 +1,7 @@
-import { withDeadline } from '../core/index.js';
+import { PooledConnectionError, withDeadline } from '../core/index.js';
 import pg from 'pg';
 import { openPool } from './multi-host.js';
 import type { Logger } from '../observe/index.js';
-import { PooledConnectionError } from '../core/index.js';
 import { clientLike, detectPinning, type Pinning } from './pooler-detection.js';
 import type { PinnedSessionSettings } from './server-settings.js';
 

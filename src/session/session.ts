@@ -1,7 +1,6 @@
 import type pg from 'pg';
-import { LockUnavailableError } from '../core/index.js';
+import { isConnectionLost, LockUnavailableError } from '../core/index.js';
 import type { Logger } from '../observe/index.js';
-import { isConnectionLost } from '../core/index.js';
 import { takeBatch } from './batch.js';
 import { Watchdog } from './watchdog.js';
 import type { ConnectionSource, PinnedConnection } from './connection-source.js';

@@ -1,8 +1,6 @@
 import { setLongTimeout } from '../core/index.js';
 import { MarkerOp, markerRegistered } from './marker-sql.js';
-import type { ReleaseListener } from '../session/index.js';
-import type { Session } from '../session/index.js';
-import type { SessionPool } from '../session/index.js';
+import type { ReleaseListener, Session, SessionPool } from '../session/index.js';
 import type { Attempt, Busy, LineRequest, WaitStrategy } from './strategy.js';
 
 /** Wake-up polls find releases nobody announced (a holder's session died, a non-pgfence holder, an expiry). */

@@ -1,10 +1,7 @@
-import { LockerClosedError, LockTimeoutError } from '../core/index.js';
+import { type HeldLockInfo, LockerClosedError, type LockKind, LockTimeoutError } from '../core/index.js';
 import type { LockTarget } from '../keys.js';
-import type { HeldLockInfo, LockKind } from '../core/index.js';
 import type { Observer } from '../observe/index.js';
-import type { ReleaseListener } from '../session/index.js';
-import type { Session } from '../session/index.js';
-import type { SessionPool } from '../session/index.js';
+import type { ReleaseListener, Session, SessionPool } from '../session/index.js';
 import type { Attempt, AttemptPhase, LineRequest } from './strategy.js';
 import { WaitCount, WaitLine } from './wait-line.js';
 
