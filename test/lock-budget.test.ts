@@ -1,7 +1,6 @@
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLocker, InvalidArgumentError, LockBudgetError, LockTableFullError, type LockHandle } from '../src/index.js';
-import { appName, track, useTestDatabase } from './support/db.js';
+import { appName, queryOnce, track, useTestDatabase } from './support/db.js';
 import { type PrivateCluster, privateClusterUnavailable, startPrivateCluster } from './support/cluster.js';
 
 let db: Awaited<ReturnType<typeof useTestDatabase>>;
@@ -11,28 +10,17 @@ beforeAll(async () => {
 });
 
 async function advisoryLocksOf(url: string, app: string): Promise<number> {
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  try {
-    const { rows } = await c.query<{ n: number }>(
-      `SELECT count(*)::int AS n FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-        WHERE l.locktype = 'advisory' AND a.application_name = $1`,
-      [app],
-    );
-    return rows[0]!.n;
-  } finally {
-    await c.end();
-  }
+  const rows = await queryOnce<{ n: number }>(
+    url,
+    `SELECT count(*)::int AS n FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+      WHERE l.locktype = 'advisory' AND a.application_name = $1`,
+    [app],
+  );
+  return rows[0]!.n;
 }
 
 async function connectsAndAnswers(url: string): Promise<boolean> {
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  try {
-    return (await c.query('SELECT 1 AS one')).rows[0].one === 1;
-  } finally {
-    await c.end();
-  }
+  return (await queryOnce<{ one: number }>(url, 'SELECT 1 AS one'))[0]!.one === 1;
 }
 
 describe('maxHeldLocks', () => {

@@ -10,7 +10,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLocker, LockTimeoutError, lockKey, type LockHandle, type Locker } from '../src/index.js';
 import { releaseLeaseSql } from '../src/lease/lease-sql.js';
-import { eventually, sleep, track, useMigratedDatabase, useTestDatabase } from './support/db.js';
+import { eventually, queryOnce, sleep, track, useMigratedDatabase, useTestDatabase } from './support/db.js';
 
 let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
 let pool: pg.Pool;
@@ -19,13 +19,7 @@ const open = (opts: { maxSessions?: number } = {}): Locker => track(createLocker
 /** A statement on this file's database, or on `url`'s. */
 const query = async <R extends pg.QueryResultRow>(text: string, values: unknown[], url?: string): Promise<R[]> => {
   if (url === undefined || url === db.url) return (await pool.query<R>(text, values)).rows;
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  try {
-    return (await c.query<R>(text, values)).rows;
-  } finally {
-    await c.end();
-  }
+  return queryOnce<R>(url, text, values);
 };
 
 /** Is the lease of `name` live now (database clock)? */

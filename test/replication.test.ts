@@ -10,7 +10,7 @@ import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createLocker, fencedUpdate, fencingColumnSql, LockLostError, type Locker } from '../src/index.js';
 import { migrate } from '../src/migrate/index.js';
-import { eventually } from './support/db.js';
+import { eventually, queryOnce } from './support/db.js';
 import { replicationBinaries, startReplicaPair, type ReplicaPair } from './support/replication.js';
 
 const run = promisify(execFile);
@@ -45,15 +45,7 @@ async function runCli(args: string[]): Promise<string> {
   return stdout;
 }
 
-async function sql<R extends pg.QueryResultRow = pg.QueryResultRow>(url: string, text: string, values: unknown[] = []): Promise<R[]> {
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  try {
-    return (await c.query<R>(text, values)).rows;
-  } finally {
-    await c.end();
-  }
-}
+const sql = queryOnce;
 
 /** `count` fenced grants (session locks and leases alternating) on `locker`; their tokens. */
 async function issueTokens(locker: Locker, name: string, count: number): Promise<bigint[]> {

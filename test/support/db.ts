@@ -59,20 +59,26 @@ export function appName(label: string): string {
   return `pgfence_test_${label}_${randomBytes(3).toString('hex')}`;
 }
 
-/** Terminates every backend of an application_name; resolves with how many there were. */
-export async function killBackends(url: string, applicationName: string): Promise<number> {
+/** One statement on a connection of its own to `url` (opened and closed around it); its rows. */
+export async function queryOnce<R extends pg.QueryResultRow = pg.QueryResultRow>(url: string, text: string, values: unknown[] = []): Promise<R[]> {
   const c = new pg.Client({ connectionString: url });
   await c.connect();
   try {
-    const { rows } = await c.query<{ n: number }>(
-      `SELECT count(*)::int AS n FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-        WHERE application_name = $1 AND pid <> pg_backend_pid()) t`,
-      [applicationName],
-    );
-    return rows[0]!.n;
+    return (await c.query<R>(text, values)).rows;
   } finally {
     await c.end();
   }
+}
+
+/** Terminates every backend of an application_name; resolves with how many there were. */
+export async function killBackends(url: string, applicationName: string): Promise<number> {
+  const rows = await queryOnce<{ n: number }>(
+    url,
+    `SELECT count(*)::int AS n FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+      WHERE application_name = $1 AND pid <> pg_backend_pid()) t`,
+    [applicationName],
+  );
+  return rows[0]!.n;
 }
 
 export { sleep };
