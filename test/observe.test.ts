@@ -44,7 +44,7 @@ describe('metrics', () => {
     const held = await locker.acquire('m:held');
     const doomed = await locker.acquire('m:lost');
     await killBackends(db.url, app);
-    await eventually(() => doomed.signal.aborted, 15_000, 'the loss');
+    await eventually(() => doomed.signal.aborted && held.signal.aborted, 15_000, 'the loss of both held locks');
 
     await reader.forceFlush();
     const metrics = new Map<string, { dataPoints: { value: unknown; attributes: Record<string, unknown> }[] }>();
