@@ -3,7 +3,7 @@ import { createLocker, LockerClosedError, lockKey, type Locker } from '../src/in
 import { semaphoreKeys } from '../src/advisory/semaphore.js';
 import { eventually, track, useMigratedDatabase } from './support/db.js';
 import { advisoryLocksOf, markersOf } from './support/server-locks.js';
-import { TcpProxy } from './support/tcp-proxy.js';
+import { proxyTo, type TcpProxy } from './support/tcp-proxy.js';
 
 /**
  * What a closed locker leaves on the server: nothing held, nothing waiting in a queue, no wait
@@ -19,11 +19,9 @@ let other: Locker;
 
 beforeAll(async () => {
   url = (await useMigratedDatabase('close')).url;
-  const target = new URL(url);
-  proxy = await new TcpProxy(target.hostname, Number(target.port || 5432)).start();
-  const via = new URL(url);
-  via.port = String(proxy.port);
-  closing = track(createLocker({ connectionString: via.toString() }));
+  let via: string;
+  ({ proxy, url: via } = await proxyTo(url));
+  closing = track(createLocker({ connectionString: via }));
   [holder, other] = [track(createLocker({ connectionString: url })), track(createLocker({ connectionString: url }))];
 });
 afterAll(async () => {

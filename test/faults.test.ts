@@ -5,8 +5,9 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { createLocker, LockLostError, lockKey, LockUnavailableError, type LostEvent } from '../src/index.js';
 import { appName, eventually, freePortUrl, killBackends, queryOnce, track, useMigratedDatabase, useTestDatabase } from './support/db.js';
 import { capturingLogger } from './support/log.js';
-import { advisoryLocksOf } from './support/server-locks.js';
-import { TcpProxy } from './support/tcp-proxy.js';
+import { pgDeprecationWarnings } from './support/no-pg-deprecations.js';
+import { advisoryLocksOf, markersOf } from './support/server-locks.js';
+import { proxyTo, TcpProxy } from './support/tcp-proxy.js';
 
 let db: Awaited<ReturnType<typeof useTestDatabase>>;
 
@@ -85,6 +86,33 @@ describe('an unreachable database', () => {
       expect(err).toBeInstanceOf(LockUnavailableError);
       expect(performance.now() - started).toBeLessThan(10_000); // it did not hang
     } finally {
+      await proxy.close();
+    }
+  });
+});
+
+describe('the release listener behind a stalled network', () => {
+  it('sends one keepalive probe at a time (a query queued behind a busy one is deprecated, gone in pg 9) and gives up at its deadline', async () => {
+    const migrated = await useMigratedDatabase('faults_listener');
+    const { proxy, url } = await proxyTo(migrated.url);
+    try {
+      const { entries, logger } = capturingLogger();
+      // Probes every 200 ms, each given 2000 ms to answer: a stalled network would queue several.
+      const waiter = track(createLocker({ connectionString: url, keepaliveMs: 200, logger }));
+      const holder = track(createLocker({ connectionString: migrated.url }));
+      const lease = await holder.lease('fault:listener', { ttlMs: 60_000 });
+      const waiting = waiter.lease('fault:listener', { timeoutMs: 30_000 }).catch((err: unknown) => err);
+      // A waiting lease listens first, then announces itself with a marker: the listener is up.
+      await eventually(async () => (await markersOf(migrated.url, lease.key)) > 0, 15_000, 'the wait to be announced');
+      proxy.stall();
+      await eventually(() => entries.some((e) => e.level === 'warn' && /release listener lost/.test(e.msg)), 15_000, 'the listener to be given up');
+      expect(pgDeprecationWarnings.map((w) => w.message)).toEqual([]);
+      proxy.heal();
+      await lease.release();
+      const outcome = await waiting;
+      if (!(outcome instanceof Error)) await (outcome as { release(): Promise<boolean> }).release();
+    } finally {
+      proxy.heal();
       await proxy.close();
     }
   });

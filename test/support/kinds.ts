@@ -4,7 +4,7 @@ import { createLocker, lockKey, tryXactLock, xactLock, type Locker } from '../..
 import * as kyselyLocks from '../../src/kysely/index.js';
 import { appName, eventually, killBackends, queryOnce } from './db.js';
 import { advisoryLocksOf, leaseLive } from './server-locks.js';
-import { TcpProxy } from './tcp-proxy.js';
+import { proxyTo } from './tcp-proxy.js';
 
 export type Mode = 'exclusive' | 'shared';
 export interface LockOpts {
@@ -68,11 +68,8 @@ export interface LateGrantLab {
  * while b's holder lets go, so the server grants b and the answer waits in the network.
  */
 async function heldUpReplies(kind: LockKindUnderTest, url: string): Promise<LateGrantLab> {
-  const target = new URL(url);
-  const proxy = await new TcpProxy(target.hostname, Number(target.port || 5432)).start();
-  const via = new URL(url);
-  via.port = String(proxy.port);
-  const b = await kind.open(via.toString());
+  const { proxy, url: via } = await proxyTo(url);
+  const b = await kind.open(via);
   // Connected beforehand: a look sent the moment b's caller is answered reaches the server before anything b sends next.
   const watcher = new pg.Client({ connectionString: url });
   await watcher.connect();

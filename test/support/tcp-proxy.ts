@@ -117,3 +117,12 @@ export class TcpProxy {
     await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
   }
 }
+
+/** A proxy in front of the server of `url`, and `url` through it. */
+export async function proxyTo(url: string): Promise<{ proxy: TcpProxy; url: string }> {
+  const target = new URL(url);
+  const proxy = await new TcpProxy(target.hostname, Number(target.port || 5432)).start();
+  const via = new URL(url);
+  via.port = String(proxy.port);
+  return { proxy, url: via.toString() };
+}
