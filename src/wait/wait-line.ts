@@ -153,6 +153,7 @@ export class WaitLine<R extends LineRequest, H> {
     if (this.busy) return;
     // 1. The key's own chores first (a session lock no local holder keeps goes back).
     const chore = this.strategy.chore?.();
+    // Never rejects (an unlock reports to the release() calls waiting on it): the catch only keeps the line going.
     if (chore) return this.occupy(chore.catch(() => {}));
     const head = this.queue[0];
     if (head) {
@@ -259,7 +260,7 @@ export class WaitLine<R extends LineRequest, H> {
       return this.occupy(
         this.strategy
           .giveBack(handle)
-          .catch(() => {})
+          .catch(() => {}) // never rejects: a release reports a failed give-back itself (a loss, logged at warn)
           .then(() => head.leaving && this.settle(head, head.leaving)),
       );
     }
