@@ -48,6 +48,19 @@ async function hold(a: Participant, name: string, opts?: LockOpts): Promise<{ re
   };
 }
 
+/** One participant of `kind` and its database's URL, for the tests of one describe block. */
+function oneParticipant(kind: LockKindUnderTest, label: string): { url: string; p: Participant } {
+  const one = {} as { url: string; p: Participant };
+  beforeAll(async () => {
+    one.url = (await useMigratedDatabase(`conf_${label}_${kind.name}`)).url;
+    one.p = await kind.open(one.url);
+  });
+  afterAll(async () => {
+    await one.p?.close();
+  });
+  return one;
+}
+
 describe.each(lockKinds)('conformance: $name', (kind) => {
   const p = participants(kind, 'all');
 
@@ -132,30 +145,22 @@ describe.each(lockKinds)('conformance: $name', (kind) => {
 const RACE_DELAYS_MS = [0, 0, 1, 2, 3, 5, 10];
 
 describe.each(lockKinds)('conformance, late grants: $name', (kind) => {
-  let url: string;
-  let c: Participant;
-  beforeAll(async () => {
-    url = (await useMigratedDatabase(`conf_late_${kind.name}`)).url;
-    c = await kind.open(url);
-  });
-  afterAll(async () => {
-    await c?.close();
-  });
+  const third = oneParticipant(kind, 'late');
 
   /** Nothing of `name` is left held: a third participant takes it at once (or, after a late give-back, soon). */
   async function expectFree(name: string, soonMs = 0): Promise<void> {
     if (soonMs === 0) {
-      expect(await c.tryWithLock(name, async () => 'free')).toEqual({ acquired: true, value: 'free' });
+      expect(await third.p.tryWithLock(name, async () => 'free')).toEqual({ acquired: true, value: 'free' });
       return;
     }
     // Far shorter than a leaked lease's TTL (15 s) or a leaked session lock's life (forever).
-    await eventually(async () => (await c.tryWithLock(name, async () => 'free')).acquired, soonMs, `${name} to be free`);
+    await eventually(async () => (await third.p.tryWithLock(name, async () => 'free')).acquired, soonMs, `${name} to be free`);
   }
 
   it('a grant that lands during close is released, never leaked', async () => {
     for (let i = 0; i < 30; i++) {
       const name = `conformance:late:close:${i}`;
-      const [a, b] = await Promise.all([kind.open(url), kind.open(url)]);
+      const [a, b] = await Promise.all([kind.open(third.url), kind.open(third.url)]);
       try {
         const holder = await hold(a, name);
         try {
@@ -176,7 +181,7 @@ describe.each(lockKinds)('conformance, late grants: $name', (kind) => {
   });
 
   it('a grant that lands as the wait times out is released, never leaked', async () => {
-    const [a, b] = await Promise.all([kind.open(url), kind.open(url)]);
+    const [a, b] = await Promise.all([kind.open(third.url), kind.open(third.url)]);
     try {
       for (let i = 0; i < 14; i++) {
         const name = `conformance:late:timeout:${i}`;
@@ -202,7 +207,7 @@ describe.each(lockKinds)('conformance, late grants: $name', (kind) => {
   });
 
   it('a grant that lands as the wait is cancelled is released, never leaked', async () => {
-    const [a, b] = await Promise.all([kind.open(url), kind.open(url)]);
+    const [a, b] = await Promise.all([kind.open(third.url), kind.open(third.url)]);
     try {
       for (let i = 0; i < 14; i++) {
         const name = `conformance:late:cancel:${i}`;
@@ -237,20 +242,12 @@ describe.each(lockKinds)('conformance, late grants: $name', (kind) => {
  * connections cannot hide a leak.
  */
 describe.each(lockKinds.filter((k) => k.lateGrant))('conformance, a grant that lands after its caller gave up: $name', (kind) => {
-  let url: string;
-  let a: Participant;
-  beforeAll(async () => {
-    url = (await useMigratedDatabase(`conf_held_up_${kind.name}`)).url;
-    a = await kind.open(url);
-  });
-  afterAll(async () => {
-    await a?.close();
-  });
+  const holding = oneParticipant(kind, 'held_up');
 
   it('cancelled: the grant is given back before the caller hears of the cancel', async () => {
     const name = 'conformance:held-up:cancel';
-    const lab = await kind.lateGrant!(url);
-    const holder = await hold(a, name);
+    const lab = await kind.lateGrant!(holding.url);
+    const holder = await hold(holding.p, name);
     const controller = new AbortController();
     const reason = new Error('cancelled');
     try {
@@ -276,8 +273,8 @@ describe.each(lockKinds.filter((k) => k.lateGrant))('conformance, a grant that l
 
   it('closed: the grant is given back before the caller hears of the close, and before close() resolves', async () => {
     const name = 'conformance:held-up:close';
-    const lab = await kind.lateGrant!(url);
-    const holder = await hold(a, name);
+    const lab = await kind.lateGrant!(holding.url);
+    const holder = await hold(holding.p, name);
     try {
       const waiting = lab.b.withLock(name, async () => 'ran', { timeoutMs: 60_000 });
       const answered = waiting.then(
