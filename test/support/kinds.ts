@@ -125,7 +125,7 @@ const CLOSE_BOUND_MS = 10_000;
  * still checked out, and a test that failed while its critical section was open (say, its lock did not
  * exclude, an expect threw, and the holder was never let go) keeps one forever: the run would hang instead
  * of failing. Past the bound the clients still out are cut (their transactions, and the locks in them,
- * end on the server) and the close fails, saying so.
+ * end on the server) and handed back to the pool, which then ends; the close fails, saying so.
  */
 function boundedClose(pool: pg.Pool, end: () => Promise<void>): () => Promise<void> {
   const out = new Set<pg.PoolClient>();
@@ -143,6 +143,7 @@ function boundedClose(pool: pg.Pool, end: () => Promise<void>): () => Promise<vo
       for (const client of out) {
         client.on('error', () => {}); // reported by the close itself
         (client as unknown as { connection: { stream: { destroy(): void } } }).connection.stream.destroy();
+        client.release(true); // its holder may never let go (it awaits something that will not come)
       }
       await ending;
       throw new Error(`${left} client(s) were still checked out ${CLOSE_BOUND_MS} ms after close: a transaction (and its locks) was left open`);
