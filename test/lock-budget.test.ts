@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLocker, InvalidArgumentError, LockBudgetError, LockTableFullError, type LockHandle } from '../src/index.js';
 import { appName, queryOnce, track, useTestDatabase } from './support/db.js';
 import { type PrivateCluster, privateClusterUnavailable, startPrivateCluster } from './support/cluster.js';
+import { skipWhenUnavailable } from './support/capability.js';
 
 let db: Awaited<ReturnType<typeof useTestDatabase>>;
 
@@ -58,13 +59,9 @@ describe('maxHeldLocks', () => {
 
 /** A server with a tiny lock table (it must never be the shared test server: a full table fails everyone's connections). */
 const unavailable = privateClusterUnavailable();
-if (unavailable) {
-  const line = `[pgfence tests] LOCK-TABLE TESTS SKIPPED: ${unavailable} (they start a PostgreSQL of their own)`;
-  if (process.env.PGFENCE_REQUIRE_TOPOLOGY_TESTS === '1') throw new Error(line);
-  console.warn(line);
-}
+const skip = skipWhenUnavailable('LOCK-TABLE TESTS', unavailable && `${unavailable} (they start a PostgreSQL of their own)`);
 
-describe.skipIf(unavailable !== null)("the server's lock table", () => {
+describe.skipIf(skip)("the server's lock table", () => {
   let cluster: PrivateCluster;
   // 10 x (20 + 0) = 200 lock slots by the formula (the server allocates a little more: some slack).
   beforeAll(async () => {

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLocker, fencedUpdate, migrate, PooledConnectionError, xactLock, tryXactLock } from '../src/index.js';
 import { appName, track, useTestDatabase } from './support/db.js';
 import { type Bouncer, pgbouncerUnavailable, startPgBouncer } from './support/pgbouncer.js';
+import { skipWhenUnavailable } from './support/capability.js';
 
 /**
  * A real PgBouncer (1.18 on Debian 12: no protocol-level prepared statements) in front of the test
@@ -12,15 +13,11 @@ import { type Bouncer, pgbouncerUnavailable, startPgBouncer } from './support/pg
  * there, and everything transaction-scoped must work through it.
  */
 const unavailable = pgbouncerUnavailable();
-if (unavailable) {
-  const line = `[pgfence tests] POOLER TESTS SKIPPED: ${unavailable}`;
-  if (process.env.PGFENCE_REQUIRE_TOPOLOGY_TESTS === '1') throw new Error(line);
-  console.warn(line);
-}
+const skip = skipWhenUnavailable('POOLER TESTS', unavailable);
 
 const WORKERS = 25;
 
-describe.skipIf(unavailable !== null)('behind PgBouncer', () => {
+describe.skipIf(skip)('behind PgBouncer', () => {
   let db: Awaited<ReturnType<typeof useTestDatabase>>;
   let tx: Bouncer;
   let session: Bouncer;
@@ -153,7 +150,7 @@ describe.skipIf(unavailable !== null)('behind PgBouncer', () => {
   }, 60_000);
 });
 
-describe.skipIf(unavailable !== null)('pgfence status behind PgBouncer', () => {
+describe.skipIf(skip)('pgfence status behind PgBouncer', () => {
   it('says when the connection it reads through is a transaction pooler', async () => {
     const db = await useTestDatabase('pooler_status');
     const tx = await startPgBouncer(db.url, 'transaction');
