@@ -1,6 +1,8 @@
 // examples/other-languages/: one program per language (psql, Python with psycopg, Go with pgx, Java
 // with pgjdbc), run as a user runs it, with the real client, against a migrated database of its own:
 // a lease and a fenced write, a fenced session lock and a fenced write, a stale write refused.
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { lockKey } from '../src/index.js';
@@ -13,18 +15,20 @@ const root = fileURLToPath(new URL('..', import.meta.url));
 const dir = 'examples/other-languages';
 
 /** How each program is run (as docs/other-languages.md shows), with DATABASE_URL or the PG* environment in `env`. */
-const PROGRAMS: Record<ClientName, { file: string; command(env: NodeJS.ProcessEnv): [string, string[], NodeJS.ProcessEnv] }> = {
+const PROGRAMS: Record<ClientName, { file: string; fence: string; command(env: NodeJS.ProcessEnv): [string, string[], NodeJS.ProcessEnv] }> = {
   // psql takes the URL as its database argument; "" (DATABASE_URL unset) leaves it to the PG* variables.
-  psql: { file: `${dir}/invoice.sql`, command: (env) => ['psql', ['-X', '-f', `${dir}/invoice.sql`, env.DATABASE_URL ?? ''], env] },
-  python: { file: `${dir}/invoice.py`, command: (env) => [SYSTEM_PYTHON, [`${dir}/invoice.py`], env] },
-  go: { file: `${dir}/invoice.go`, command: (env) => ['go', ['run', `${dir}/invoice.go`], { ...env, ...GO_ENV }] },
-  java: { file: `${dir}/Invoice.java`, command: (env) => ['java', ['-cp', PGJDBC_JAR, `${dir}/Invoice.java`], env] },
+  psql: { file: `${dir}/invoice.sql`, fence: 'sql', command: (env) => ['psql', ['-X', '-f', `${dir}/invoice.sql`, env.DATABASE_URL ?? ''], env] },
+  python: { file: `${dir}/invoice.py`, fence: 'python', command: (env) => [SYSTEM_PYTHON, [`${dir}/invoice.py`], env] },
+  go: { file: `${dir}/invoice.go`, fence: 'go', command: (env) => ['go', ['run', `${dir}/invoice.go`], { ...env, ...GO_ENV }] },
+  java: { file: `${dir}/Invoice.java`, fence: 'java', command: (env) => ['java', ['-cp', PGJDBC_JAR, `${dir}/Invoice.java`], env] },
 };
+
+const KEY = lockKey('invoice:42').toString();
 
 /** What every program prints when all went well. */
 function expectedOutput(lease: bigint, lock: bigint): string {
   return [
-    `key of invoice:42: ${lockKey('invoice:42')}`,
+    `key of invoice:42: ${KEY}`,
     `lease: token ${lease}`,
     'lease: fenced write applied (invoice 42 paid)',
     'lease: released',
@@ -55,7 +59,6 @@ async function runOk(client: ClientName, env: NodeJS.ProcessEnv): Promise<{ leas
   return { lease, lock };
 }
 
-const KEY = lockKey('invoice:42').toString();
 
 describe.each(Object.keys(PROGRAMS) as ClientName[])('examples/other-languages with %s', (client) => {
   const probe = probeClient(client);
@@ -92,4 +95,14 @@ describe.each(Object.keys(PROGRAMS) as ClientName[])('examples/other-languages w
     expect(refused.stderr, detail).toContain('lease: fenced write refused: a newer holder wrote invoice 42');
     expect(await queryOnce(db.url, liveLeases, [KEY])).toEqual([{ token, released: true }]);
   }, 600_000);
+});
+
+describe('docs/other-languages.md', () => {
+  it('shows each program as it is in examples/, and the output a first run prints', () => {
+    const doc = readFileSync(join(root, 'docs/other-languages.md'), 'utf8');
+    for (const { file, fence } of Object.values(PROGRAMS)) {
+      expect(doc, file).toContain(`\`\`\`${fence}\n${readFileSync(join(root, file), 'utf8')}\`\`\`\n`);
+    }
+    expect(doc).toContain(`\`\`\`\n${expectedOutput(1n, 2n)}\`\`\`\n`);
+  });
 });
