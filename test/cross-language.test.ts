@@ -119,15 +119,22 @@ async function nodeHolder(holder: string, kind: Kind): Promise<Looped> {
 
 describe.skipIf(skip)('Node, Python and psql on one name', () => {
   it('leases and fenced session locks of every side: counter exact, tokens strictly increasing; a killed holder is replaced; a paused holder past its lease is refused', async () => {
-    // A Python lease holder (1 s lease) reads the counter, then is stopped there.
-    const stopped = pythonHolder('py-stopped', 'lease', 1, 1000, true);
-    const stoppedToken = BigInt((await stopped.line(/^holding (\d+)$/))[1]!);
+    // A Python lease holder (a 3 s lease) reads the counter, then is stopped there.
+    const stopped = pythonHolder('py-stopped', 'lease', 1, 3000, true);
+    const stoppedToken = BigInt((await stopped.line(/^holding (\d+) \d+$/))[1]!);
     stopped.proc.kill('SIGSTOP');
+    const { rows: lease } = await pool.query<{ until: string }>(
+      'SELECT (extract(epoch FROM expires_at) * 1000000)::bigint::text AS until FROM pgfence.leases WHERE key = $1 AND token = $2',
+      [KEY, stoppedToken],
+    );
 
     // A Python session-lock holder gets the name once that lease has expired; it will die holding it.
     const killed = pythonHolder('py-killed', 'lock', 1, 0, true);
-    const killedToken = BigInt((await killed.line(/^holding (\d+)$/))[1]!);
+    const holding = await killed.line(/^holding (\d+) (\d+)$/);
+    const killedToken = BigInt(holding[1]!);
     expect(killedToken > stoppedToken).toBe(true);
+    // Not before: the database clock just after its grant is past the expiry of that lease.
+    expect(BigInt(holding[2]!) >= BigInt(lease[0]!.until), `session lock granted by ${holding[2]} µs, lease until ${lease[0]!.until} µs`).toBe(true);
 
     // The race: every side, both kinds, all waiting for the killed holder.
     const python = (holder: string, kind: Kind) => pythonHolder(holder, kind, ROUNDS, 10_000).done.then((r) => checked(holder, r));
