@@ -66,6 +66,22 @@ func fencedWrite(ctx context.Context, conn *pgx.Conn, token int64, status string
 	return err == nil && tag.RowsAffected() == 1, err
 }
 
+// giveBack runs the statement that gives back what is held (true: it was still held) and prints
+// `released`; false is the failure `lost`. Deferred, after any failure: the first one is reported.
+func giveBack(conn *pgx.Conn, err *error, released, lost, statement string, args ...interface{}) {
+	var held bool
+	e := conn.QueryRow(context.Background(), statement, args...).Scan(&held)
+	switch {
+	case *err != nil:
+	case e != nil:
+		*err = e
+	case !held:
+		*err = errors.New(lost)
+	default:
+		fmt.Println(released)
+	}
+}
+
 // 1. A lease: waits up to 10 s, held for at most 30 s unless renewed (renew_lease). Returns its token.
 func withLease(ctx context.Context, conn *pgx.Conn, key int64) (_ int64, err error) {
 	var granted *int64 // NULL: not granted within the timeout
@@ -78,19 +94,8 @@ func withLease(ctx context.Context, conn *pgx.Conn, key int64) (_ int64, err err
 	}
 	token := *granted
 	fmt.Printf("lease: token %d\n", token)
-	defer func() {
-		var released bool
-		e := conn.QueryRow(context.Background(), "SELECT pgfence.release_lease($1, $2)", key, token).Scan(&released)
-		switch {
-		case err != nil: // the first failure is the one to report
-		case e != nil:
-			err = e
-		case !released:
-			err = errors.New("lease: lost before its release (expired or taken over)")
-		default:
-			fmt.Println("lease: released")
-		}
-	}()
+	defer giveBack(conn, &err, "lease: released", "lease: lost before its release (expired or taken over)",
+		"SELECT pgfence.release_lease($1, $2)", key, token)
 	applied, err := fencedWrite(ctx, conn, token, "paid")
 	if err != nil {
 		return 0, err
@@ -110,19 +115,7 @@ func withSessionLock(ctx context.Context, conn *pgx.Conn, key int64, staleToken 
 		return err
 	}
 	fmt.Printf("session lock: token %d\n", token)
-	defer func() {
-		var unlocked bool
-		e := conn.QueryRow(context.Background(), "SELECT pgfence.unlock($1)", key).Scan(&unlocked)
-		switch {
-		case err != nil: // the first failure is the one to report
-		case e != nil:
-			err = e
-		case !unlocked:
-			err = errors.New("session lock: not held at unlock")
-		default:
-			fmt.Println("session lock: released")
-		}
-	}()
+	defer giveBack(conn, &err, "session lock: released", "session lock: not held at unlock", "SELECT pgfence.unlock($1)", key)
 	applied, err := fencedWrite(ctx, conn, token, "shipped")
 	if err != nil {
 		return err

@@ -18,6 +18,14 @@ END $$;
 
 CREATE TABLE IF NOT EXISTS example_invoices (id int PRIMARY KEY, status text, fencing_token bigint);
 INSERT INTO example_invoices (id, status) VALUES (42, 'open') ON CONFLICT (id) DO NOTHING;
+-- The guarded write: false (0 rows) means a newer holder (a higher token) has written the row.
+CREATE FUNCTION pg_temp.fenced_write(p_status text, p_token bigint) RETURNS boolean LANGUAGE sql AS $$
+  WITH written AS (
+    UPDATE example_invoices SET status = p_status, fencing_token = p_token
+     WHERE id = 42 AND (fencing_token IS NULL OR fencing_token <= p_token)
+    RETURNING 1)
+  SELECT count(*) = 1 FROM written
+$$;
 
 SELECT pgfence.lock_key('invoice:42') AS key \gset
 \echo 'key of invoice:42:' :key
@@ -31,10 +39,7 @@ SELECT token IS NOT NULL AS granted, token AS lease_token
 \else
   SELECT pg_temp.fail('lease: not granted within 10 s');
 \endif
--- The guarded write: 0 rows means a newer holder (a higher token) has written the row.
-UPDATE example_invoices SET status = 'paid', fencing_token = :lease_token
- WHERE id = 42 AND (fencing_token IS NULL OR fencing_token <= :lease_token);
-SELECT :ROW_COUNT = 1 AS applied \gset
+SELECT pg_temp.fenced_write('paid', :lease_token) AS applied \gset
 \if :applied
   \echo 'lease: fenced write applied (invoice 42 paid)'
 \else
@@ -48,27 +53,23 @@ SELECT pgfence.release_lease(:key, :lease_token) AS released \gset
   SELECT pg_temp.fail('lease: lost before its release (expired or taken over)');
 \endif
 
--- 2. A fenced session lock of this connection (autocommit: held from here until unlock).
+-- 2. A fenced session lock of this connection (autocommit: held from here until unlock; on a
+-- failure below, psql exits and the lock ends with its connection).
 SELECT pgfence.lock_fenced(:key) AS lock_token \gset
 \echo 'session lock: token' :lock_token
-UPDATE example_invoices SET status = 'shipped', fencing_token = :lock_token
- WHERE id = 42 AND (fencing_token IS NULL OR fencing_token <= :lock_token);
-SELECT :ROW_COUNT = 1 AS applied \gset
+SELECT pg_temp.fenced_write('shipped', :lock_token) AS applied \gset
 \if :applied
   \echo 'session lock: fenced write applied (invoice 42 shipped)'
 \else
-  SELECT pgfence.unlock(:key) AS unlocked \gset
   SELECT pg_temp.fail('session lock: fenced write refused: a newer holder wrote invoice 42');
 \endif
 
 -- 3. A holder that paused past its lease writes with its old token: refused.
-UPDATE example_invoices SET status = 'cancelled', fencing_token = :lease_token
- WHERE id = 42 AND (fencing_token IS NULL OR fencing_token <= :lease_token);
-SELECT :ROW_COUNT = 0 AS refused, (SELECT fencing_token FROM example_invoices WHERE id = 42) AS holds \gset
+SELECT NOT pg_temp.fenced_write('cancelled', :lease_token) AS refused,
+       (SELECT fencing_token FROM example_invoices WHERE id = 42) AS holds \gset
 \if :refused
   \echo 'stale token' :lease_token': write refused (invoice 42 holds token' :holds')'
 \else
-  SELECT pgfence.unlock(:key) AS unlocked \gset
   SELECT pg_temp.fail('stale token ' || :lease_token || ': write applied');
 \endif
 
