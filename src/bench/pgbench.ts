@@ -42,10 +42,14 @@ export function pgbenchRate(url: string, file: string, transactions: number, var
   args.push('--log', `--log-prefix=${join(logDir, 'run')}`);
   for (const [name, value] of Object.entries(vars)) args.push(`--define=${name}=${value}`);
   return new Promise<number>((resolve, reject) => {
-    execFile('pgbench', [...args, url], { encoding: 'utf8', timeout: 600_000 }, (err, stdout, stderr) => {
+    // The URL goes in PGDATABASE (pgbench expands a connection string there), not on a command line
+    // that ps shows, nor in an error message.
+    const env = { ...process.env, PGDATABASE: url };
+    execFile('pgbench', args, { encoding: 'utf8', timeout: 600_000, env }, (err, stdout, stderr) => {
       const processed = /number of transactions actually processed: (\d+)\/(\d+)/.exec(stdout);
       if (err || !processed || processed[1] !== processed[2]) {
-        reject(new Error(`pgbench ${file}: ${(err?.message ?? '').split('\n')[0]} ${stderr.trim().split('\n').slice(-3).join(' | ')}`));
+        const how = err ? `exited ${err.code ?? err.signal}` : 'incomplete';
+        reject(new Error(`pgbench ${file} ${how}: ${stderr.trim().split('\n').slice(-3).join(' | ')}`));
         return;
       }
       // One line per run: client, run number, latency (µs), script, end time (s, µs).
