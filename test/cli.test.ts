@@ -605,6 +605,9 @@ describe('pgfence bench', () => {
       (r) => new RegExp(`^9\\. round trips per op: ${r}`, 'm'),
     ),
     /^9\. \.\.\. Parse messages per lease cycle/m,
+    ...['try_lock_fenced\\+unlock vs pg_try_advisory_lock\\+unlock', 'try_lease\\+release_lease vs pg_try_advisory_lock\\+unlock', 'try_lock_fenced\\+unlock vs one durable commit', 'try_lease\\+release_lease vs one durable commit'].map(
+      (r) => new RegExp(`^10\\. SQL ${r}\\s+[\\d,]+/s\\s+[\\d,]+/s\\s+[\\d.]+x`, 'm'),
+    ),
   ];
 
   it('--quick runs every measurement, prints each row once, and closes everything', async () => {

@@ -118,7 +118,18 @@ export const SQL = {
   unlock: { name: 'bench_unlock', text: 'SELECT pg_advisory_unlock($1::int8) AS ok' },
   lock: { name: 'bench_lock', text: 'SELECT pg_advisory_lock($1::int8)' },
   xactLock: { name: 'bench_xact_lock', text: 'SELECT pg_advisory_xact_lock($1::int8)' },
+  /** The floor of anything durable: a one-row upsert, committed with synchronous_commit on. */
+  durableCommit: {
+    name: 'bench_commit',
+    text: 'INSERT INTO pgfence_bench_commit VALUES (1, 1) ON CONFLICT (id) DO UPDATE SET n = pgfence_bench_commit.n + 1',
+  },
 } as const;
+
+/** Creates the table SQL.durableCommit writes, dropped when the measurement ends. */
+export async function useCommitTable(ctx: BenchContext, client: pg.Client): Promise<void> {
+  await client.query('CREATE TABLE IF NOT EXISTS pgfence_bench_commit (id int PRIMARY KEY, n bigint NOT NULL)');
+  ctx.onClose(() => client.query('DROP TABLE IF EXISTS pgfence_bench_commit'));
+}
 
 /** Bare pg: try_lock + unlock on `key`, failing loudly if the key is busy (it never should be). */
 export async function bareCycle(client: pg.Client, key: string): Promise<void> {

@@ -69,15 +69,23 @@ export interface Compared {
 }
 
 /**
+ * How long each side's round lasts and how many rounds fit the budget: long enough for the slowest
+ * side (its rate per worker after the warm-up) to complete cfg.minCyclesPerWorker cycles per worker.
+ */
+export function planRounds(cfg: BenchConfig, slowestPerWorker: number, sides: number, budgetMs = cfg.budgetMs): { roundMs: number; rounds: number } {
+  const roundMs = Math.min(cfg.maxRoundMs, Math.max(cfg.roundMs, (1000 * cfg.minCyclesPerWorker) / slowestPerWorker));
+  const rounds = Math.max(cfg.minRounds, Math.min(cfg.maxRounds, Math.floor(budgetMs / (sides * roundMs))));
+  return { roundMs, rounds };
+}
+
+/**
  * Warms every side up, sizes the rounds so that the slowest side completes cfg.minCyclesPerWorker
  * cycles per worker per round (at least cfg.roundMs), then runs rounds in a rotating order.
  */
 export async function compareThroughput(cfg: BenchConfig, sides: Side[], budgetMs = cfg.budgetMs): Promise<Compared> {
   const warm: number[] = [];
   for (const s of sides) warm.push((await throughput(s.workers, cfg.warmupMs, s.cycle)).rate / s.workers);
-  const slowestPerWorker = Math.min(...warm);
-  const roundMs = Math.min(cfg.maxRoundMs, Math.max(cfg.roundMs, (1000 * cfg.minCyclesPerWorker) / slowestPerWorker));
-  const rounds = Math.max(cfg.minRounds, Math.min(cfg.maxRounds, Math.floor(budgetMs / (sides.length * roundMs))));
+  const { roundMs, rounds } = planRounds(cfg, Math.min(...warm), sides.length, budgetMs);
   const rates: number[][] = sides.map(() => []);
   for (let r = 0; r < rounds; r++) {
     for (let i = 0; i < sides.length; i++) {

@@ -7,22 +7,16 @@
  */
 
 import type pg from 'pg';
-import type { BenchContext } from '../context.js';
+import { type BenchContext, SQL, useCommitTable } from '../context.js';
 import { rateRow } from '../report.js';
 import { fmt, pairedRatios } from '../stats.js';
 import { compareThroughput } from '../timing.js';
 
-const COMMIT = {
-  name: 'bench_commit',
-  text: 'INSERT INTO pgfence_bench_commit VALUES (1, 1) ON CONFLICT (id) DO UPDATE SET n = pgfence_bench_commit.n + 1',
-};
-
 export async function durable(ctx: BenchContext): Promise<void> {
   const locker = ctx.locker('m5');
   const client = await ctx.client('m5b');
-  await client.query('CREATE TABLE IF NOT EXISTS pgfence_bench_commit (id int PRIMARY KEY, n bigint NOT NULL)');
-  ctx.onClose(() => client.query('DROP TABLE IF EXISTS pgfence_bench_commit'));
-  const floor = async () => client.query(COMMIT);
+  await useCommitTable(ctx, client);
+  const floor = async () => client.query(SQL.durableCommit);
   const fenced = async () => {
     const h = await locker.acquire(ctx.name('fenced'), { fencing: true });
     if (h.token === null) throw new Error('a fenced acquire without a token');
