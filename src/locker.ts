@@ -36,6 +36,11 @@ export interface Locker extends EventEmitter<LockerEvents> {
   lease<D = unknown>(name: LockName, opts?: LeaseOptions<D>): Promise<LeaseHandle<D>>;
   tryLease<D = unknown>(name: LockName, opts?: Omit<LeaseOptions<D>, 'timeoutMs'>): Promise<LeaseHandle<D> | null>;
   withLease<T, D = unknown>(name: LockName, fn: (handle: LeaseHandle<D>) => Promise<T>, opts?: LeaseOptions<D>): Promise<T>;
+  tryWithLease<T, D = unknown>(
+    name: LockName,
+    fn: (handle: LeaseHandle<D>) => Promise<T>,
+    opts?: Omit<LeaseOptions<D>, 'timeoutMs'>,
+  ): Promise<{ acquired: true; value: T } | { acquired: false }>;
   semaphore(name: LockName, opts: SemaphoreOptions): Semaphore;
   leader(name: LockName, opts?: Omit<LeaseOptions, 'timeoutMs' | 'allowNested' | 'minHoldMs'>): LeaderElection;
   /** Held and waiting locks across the whole database, with names, and the leases held now. */
@@ -174,6 +179,17 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
     callback(fn, 'fn');
     const handle = await this.lease(name, opts);
     return this.ctx.runHolding(handle, fn);
+  }
+
+  async tryWithLease<T, D = unknown>(
+    name: LockName,
+    fn: (handle: LeaseHandle<D>) => Promise<T>,
+    opts?: Omit<LeaseOptions<D>, 'timeoutMs'>,
+  ): Promise<{ acquired: true; value: T } | { acquired: false }> {
+    callback(fn, 'fn');
+    const handle = await this.tryLease(name, opts);
+    if (!handle) return { acquired: false };
+    return { acquired: true, value: await this.ctx.runHolding(handle, fn) };
   }
 
   semaphore(name: LockName, opts: SemaphoreOptions): Semaphore {

@@ -1,8 +1,10 @@
 import { createServer, type Socket } from 'node:net';
+import pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
 import {
   createLocker,
   LockerClosedError,
+  xactLock,
   LockUnavailableError,
   NestedLockError,
   PgfenceError,
@@ -99,6 +101,44 @@ describe('an unreachable database', () => {
       for (const s of sockets) s.destroy();
       await locker.close();
       for (const s of sockets) s.destroy();
+    }
+  });
+});
+
+describe('a timeout names the fix for the kind at hand', () => {
+  it('a lock, a lease, a permit, acquireAll and a transaction lock each name their own try', async () => {
+    const holder = open();
+    const locker = open();
+    await holder.acquire('timeout:lock');
+    await holder.lease('timeout:lease');
+    const sem = holder.semaphore('timeout:sem', { permits: 1 });
+    await sem.acquire();
+    const messageOf = async (p: Promise<unknown>) => {
+      const err = await rejection(p);
+      expect(err).toMatchObject({ name: 'LockTimeoutError', code: 'PGFENCE_LOCK_TIMEOUT' });
+      return err as { message: string; kind: string };
+    };
+    const lock = await messageOf(locker.acquire('timeout:lock', { timeoutMs: 0 }));
+    expect(lock.message).toMatch(/^lock "timeout:lock" .* not acquired within 0 ms; raise timeoutMs, or use tryAcquire\(\) or tryWithLock\(\)/);
+    expect(lock.kind).toBe('lock');
+    const lease = await messageOf(locker.withLease('timeout:lease', async () => 1, { timeoutMs: 0 }));
+    expect(lease.message).toMatch(/^lease "timeout:lease" .* use tryLease\(\) or tryWithLease\(\)/);
+    expect(lease.kind).toBe('lease');
+    const permit = await messageOf(locker.semaphore('timeout:sem', { permits: 1 }).acquire({ timeoutMs: 0 }));
+    expect(permit.message).toMatch(/^a permit of semaphore "timeout:sem" .* use the semaphore's tryAcquire\(\)/);
+    expect(permit.kind).toBe('semaphore');
+    const all = await messageOf(locker.acquireAll(['timeout:free', 'timeout:lock'], { timeoutMs: 0 }));
+    expect(all.message).toMatch(/^lock "timeout:lock" .* within 0 ms; raise timeoutMs$/);
+    // A transaction lock: busy while the holder's session lock on the name is held.
+    const other = new pg.Client({ connectionString: db.url });
+    await other.connect();
+    try {
+      await other.query('BEGIN');
+      const xact = await messageOf(xactLock(other, 'timeout:lock', { timeoutMs: 0 }));
+      expect(xact.message).toMatch(/^transaction lock "timeout:lock" .* use tryXactLock\(\)/);
+      expect(xact.kind).toBe('xact');
+    } finally {
+      await other.end();
     }
   });
 });

@@ -195,7 +195,7 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
   }
 
   timeoutError(request: AcquireRequest): Error {
-    return new LockTimeoutError(request.target.name, request.target.key, request.timeoutMs);
+    return new LockTimeoutError(request.target.name, request.target.key, request.timeoutMs, request.kind);
   }
 
   idle(): void {

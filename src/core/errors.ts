@@ -1,6 +1,6 @@
 import { bigintAsString } from './json.js';
 import { isSchemaMissing, sqlState, SQLSTATE } from './sqlstate.js';
-import type { LockLostReason } from './vocabulary.js';
+import type { LockKind, LockLostReason } from './vocabulary.js';
 
 /** Every `code` a PgfenceError can carry, for exhaustive switches (also at run time, for checks). */
 export const PGFENCE_ERROR_CODES = [
@@ -62,16 +62,35 @@ export class LockTimeoutError extends PgfenceError {
   readonly lockName: string | null;
   readonly key: bigint;
   readonly timeoutMs: number;
-  constructor(lockName: string | null, key: bigint, timeoutMs: number) {
+  /** What was waited for: a session lock, a transaction lock, a lease, a semaphore permit, a leader's lock. */
+  readonly kind: LockKind;
+  /** `call` names the method when its fix differs from its kind's (acquireAll has no try variant). */
+  constructor(lockName: string | null, key: bigint, timeoutMs: number, kind: LockKind = 'lock', call?: 'acquireAll') {
     super(
       'PGFENCE_LOCK_TIMEOUT',
-      `lock ${describeLock(lockName, key)} was not acquired within ${timeoutMs} ms; ` +
-        'raise timeoutMs, or use tryAcquire() to skip work when the lock is busy',
+      `${kindOf(kind, lockName, key)} was not acquired within ${timeoutMs} ms; raise timeoutMs${call === 'acquireAll' ? '' : `, or ${TIMEOUT_FIX[kind]}`}`,
     );
     this.lockName = lockName;
     this.key = key;
     this.timeoutMs = timeoutMs;
+    this.kind = kind;
   }
+}
+
+/** The call that skips the work instead of waiting, for each kind (the fix a LockTimeoutError names). */
+const TIMEOUT_FIX: Record<LockKind, string> = {
+  lock: 'use tryAcquire() or tryWithLock() to skip work when the lock is busy',
+  xact: 'use tryXactLock() to skip work when the lock is busy',
+  lease: 'use tryLease() or tryWithLease() to skip work when the lease is held',
+  semaphore: "use the semaphore's tryAcquire() to skip work when every permit is taken",
+  leader: "the election retries by itself: wait for 'elected'",
+};
+
+/** A lock described with its kind: `lease "x" (key 42)`, `a permit of semaphore "x" (key 42)`. */
+function kindOf(kind: LockKind, name: string | null, key: bigint): string {
+  const lock = describeLock(name, key);
+  if (kind === 'semaphore') return `a permit of semaphore ${lock}`;
+  return `${{ lock: 'lock', xact: 'transaction lock', lease: 'lease', leader: "leader's lock" }[kind]} ${lock}`;
 }
 
 /** A held lock was lost: its session died, its TTL ran out, or its lease was taken over. */
