@@ -87,7 +87,7 @@ const TIMEOUT_FIX: Record<LockKind, string> = {
 };
 
 /** A lock described with its kind: `lease "x" (key 42)`, `a permit of semaphore "x" (key 42)`. */
-function kindOf(kind: LockKind, name: string | null, key: bigint): string {
+function kindOf(kind: LockKind, name: string | null, key: bigint | null): string {
   const lock = describeLock(name, key);
   if (kind === 'semaphore') return `a permit of semaphore ${lock}`;
   return `${{ lock: 'lock', xact: 'transaction lock', lease: 'lease', leader: "leader's lock" }[kind]} ${lock}`;
@@ -107,7 +107,10 @@ export class LockLostError extends PgfenceError {
   }
 }
 
-/** A lock was requested while a callback of the same locker already holds one. */
+/**
+ * A request would wait inside a callback of the same locker where waiting can deadlock: for a lock or
+ * a lease inside any callback, for anything inside a semaphore permit's (see the nesting rules).
+ */
 export class NestedLockError extends PgfenceError {
   declare readonly code: 'PGFENCE_NESTED_LOCK';
   constructor(
@@ -115,19 +118,22 @@ export class NestedLockError extends PgfenceError {
     key: bigint,
     heldName: string | null,
     heldKey: bigint,
-    /** What was asked for ('lock' by default), and who holds the outer lock (default "a callback"). */
-    opts: { kind?: 'lock' | 'lease' | 'semaphore'; context?: string } = {},
+    /** What was asked for ('lock' by default), what the callback holds, and who runs it (default "a callback"). */
+    opts: { kind?: 'lock' | 'lease' | 'semaphore'; heldKind?: LockKind; context?: string } = {},
   ) {
     const kind = opts.kind ?? 'lock';
-    const what = kind === 'semaphore' ? `a permit of semaphore ${describeLock(lockName, key)}` : `${kind} ${describeLock(lockName, key)}`;
+    // A permit's key is its slot's: the semaphore's name says more.
+    const held = kindOf(opts.heldKind ?? 'lock', heldName, opts.heldKind === 'semaphore' && heldName !== null ? null : heldKey);
     // acquireAll takes session locks only: a permit or a lease is taken outside the callback instead.
-    const fix =
-      kind === 'lock'
-        ? 'take both with acquireAll(), or pass { allowNested: true } to the inner call if every caller takes them in this order'
-        : `pass { allowNested: true } to the inner call if every caller takes them in this order, or take the ${kind === 'semaphore' ? 'permit' : 'lease'} outside it`;
+    const fix = {
+      lock: 'take both with acquireAll(), or use tryAcquire() (a try never waits)',
+      lease: 'take the lease outside it, or use tryLease() (a try never waits)',
+      semaphore: "take the permit outside it, or use the semaphore's tryAcquire() (a try never waits)",
+    }[kind];
     super(
       'PGFENCE_NESTED_LOCK',
-      `${what} was requested inside ${opts.context ?? 'a callback'}, which holds ${describeLock(heldName, heldKey)}; nested locks can deadlock: ${fix}`,
+      `${kindOf(kind, lockName, key)} was requested inside ${opts.context ?? 'a callback'}, which holds ${held}; waiting there can deadlock: ` +
+        `${fix}, or pass { allowNested: true } to the inner call if every caller takes them in this order`,
     );
   }
 }
@@ -215,8 +221,10 @@ export class DeadlockError extends PgfenceError {
   }
 }
 
-export function describeLock(name: string | null, key: bigint): string {
-  return name === null ? `key ${key}` : `"${name.length > 80 ? `${name.slice(0, 77)}...` : name}" (key ${key})`;
+export function describeLock(name: string | null, key: bigint | null): string {
+  if (name === null) return `key ${key}`;
+  const quoted = `"${name.length > 80 ? `${name.slice(0, 77)}...` : name}"`;
+  return key === null ? quoted : `${quoted} (key ${key})`;
 }
 
 /**
