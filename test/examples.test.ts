@@ -57,7 +57,7 @@ describe('examples/', () => {
 
   it('kysely: a guarded builder refuses an older token', async () => {
     const out = await example('kysely');
-    expect(out).toMatch(/update with the older token \d+: 0 rows updated/);
+    expect(out).toMatch(/update with the older token \d+: 0 rows updated \(stale: token \d+ wrote it\)/);
     expect(out).toContain('balance: 85');
   });
 

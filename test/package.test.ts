@@ -115,7 +115,7 @@ import {
   createLocker, lockKey, xactLock, tryXactLock, fencedUpdate, fencingColumnSql, migrate, LockTimeoutError, PgfenceError,
   type LockHandle, type LeaseHandle, type Locker, type PgfenceErrorCode, type LockLostReason, type DemotionReason,
 } from 'pgfence';
-import { xactLock as kXactLock, fenced, pgfenceMigrations, addFencingColumn } from 'pgfence/kysely';
+import { xactLock as kXactLock, fenced, fencedClaim as kFencedClaim, fencedUpdate as kFencedUpdate, pgfenceMigrations, addFencingColumn } from 'pgfence/kysely';
 import { workWithLock, type BossLike, type JobStopReason } from 'pgfence/pg-boss';
 import { Kysely, PostgresDialect } from 'kysely';
 import { Migrator } from '${migratorFrom}';
@@ -148,7 +148,17 @@ async function use(client: pg.PoolClient): Promise<void> {
   const node: string = l.data.node;
   await db.transaction().execute(async (trx) => {
     const lock = await kXactLock(trx, 'order:1', { fencing: true });
-    await fenced(trx.updateTable('orders').set({ status: 'paid' }).where('id', '=', 1), lock.token).execute();
+    const guarded = await fenced(trx.updateTable('orders').set({ status: 'paid' }).where('id', '=', 1), lock.token).execute();
+    const why: 'stale' | 'missing' | undefined = guarded.reason;
+    // Kysely helpers typed from the database type: rows as selected, the fencing column a bigint.
+    const claim = await kFencedClaim(trx, { table: 'orders', where: { id: 1 }, token: lock.token });
+    const claimedToken: bigint | undefined = claim.rows[0]?.fencing_token;
+    const status: string | undefined = claim.rows[0]?.status;
+    // @ts-expect-error: not a table of the database
+    await kFencedUpdate(trx, { table: 'order', set: { status: 'paid' }, where: { id: 1 }, token: lock.token });
+    // @ts-expect-error: not a column of orders
+    await kFencedUpdate(trx, { table: 'orders', set: { state: 'paid' }, where: { id: 1 }, token: lock.token });
+    void [why, claimedToken, status];
   });
   await workWithLock<{ orderId: number }>(boss, locker, 'orders', { key: (job) => \`order:\${job.data.orderId}\`, fencing: true }, async (job, lock) => {
     job.signal.throwIfAborted();

@@ -1,6 +1,6 @@
 import { InvalidArgumentError, type SqlExecutor } from '../core/index.js';
 import { optionKeys, optionsObject } from '../options.js';
-import { guardedTarget, staleFromTrigger, type GuardedCounts } from './fenced-update.js';
+import { DEFAULT_FENCING_COLUMN, guardedTarget, staleFromTrigger, type GuardedCounts } from './fenced-update.js';
 
 export interface FencedClaimSpec {
   /** `table` or `schema.table` (plain identifiers, case kept). */
@@ -18,7 +18,7 @@ export const FENCED_CLAIM_SPEC_KEYS = optionKeys<FencedClaimSpec>({ table: true,
 export interface FencedClaimResult<Row = Record<string, unknown>> {
   /** True when every row the `where` matched was claimed (at least one). */
   claimed: boolean;
-  /** The claimed rows as they are now (their fencing column holds `token`): read these, not a SELECT from before. */
+  /** The claimed rows as they are now (their fencing column holds `token`, a bigint): read these, not a SELECT from before. */
   rows: Row[];
   /** Rows matched but not claimed because a newer token has claimed or written them. */
   refused: number;
@@ -61,13 +61,14 @@ FROM "pgfence seen" s LEFT JOIN "pgfence claimed" c ON true`;
 export async function fencedClaimWith<Row>(db: SqlExecutor, spec: FencedClaimSpec): Promise<FencedClaimResult<Row>> {
   const { text, values } = fencedClaimQuery(spec);
   try {
-    return fencedClaimResult<Row>(await db.query<Record<string, unknown>>(text, values));
+    return fencedClaimResult<Row>(await db.query<Record<string, unknown>>(text, values), spec.column ?? DEFAULT_FENCING_COLUMN, spec.token);
   } catch (err) {
     throw staleFromTrigger(err, spec.token);
   }
 }
 
-export function fencedClaimResult<Row>(rows: Record<string, unknown>[]): FencedClaimResult<Row> {
+/** The claim's rows and counts; each claimed row's fencing column is `token` (a bigint, as tokens are everywhere). */
+export function fencedClaimResult<Row>(rows: Record<string, unknown>[], column: string, token: bigint): FencedClaimResult<Row> {
   const first = rows[0]!;
   const counts: GuardedCounts = {
     written: first[META.written] as number,
@@ -79,7 +80,8 @@ export function fencedClaimResult<Row>(rows: Record<string, unknown>[]): FencedC
       ? []
       : rows.map((row) => {
           const { [META.written]: _w, [META.matched]: _m, [META.current]: _c, ...rest } = row;
-          return rest as Row;
+          // The claim wrote the token there; the driver would hand an int8 back as a string.
+          return { ...rest, [column]: token } as Row;
         });
   const refused = Math.max(0, counts.matched - counts.written);
   if (counts.matched === 0 && counts.written === 0) return { claimed: false, rows: [], refused: 0, reason: 'missing' };

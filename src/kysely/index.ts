@@ -52,8 +52,9 @@ export async function tryXactLock(
   return tryXactLockWith(kyselyExecutor(trx), name, opts);
 }
 
-export { addFencingColumn, fenced, fencedClaim, fencedUpdate } from './fencing.js';
-export type { FencedUpdateResult, FencedUpdateSpec } from '../fencing/index.js';
-export type { FencedClaimResult, FencedClaimSpec } from '../fencing/index.js';
+export { addFencingColumn, fencedClaim, fencedUpdate } from './fencing.js';
+export type { ClaimedRow, ColumnName, KyselyFencedClaimSpec, KyselyFencedUpdateSpec, TableName } from './fencing.js';
+export { fenced, type FencedUpdateQuery } from './fenced.js';
+export type { FencedClaimResult, FencedUpdateResult } from '../fencing/index.js';
 export type { FencingColumnOptions } from '../fencing/index.js';
 export { pgfenceMigrations, type PgfenceMigration, type PgfenceMigrationProvider } from './migrations.js';
