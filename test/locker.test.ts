@@ -219,7 +219,7 @@ describe('logging of close', () => {
   function capture() {
     const entries: { level: string; msg: string }[] = [];
     const at = (level: string) => (_obj: object, msg?: string) => void entries.push({ level, msg: msg ?? '' });
-    return { entries, logger: { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') } };
+    return { entries, logger: { level: 'debug', debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') } };
   }
 
   it('a normal close() is not a loss: logged at debug, no warning', async () => {

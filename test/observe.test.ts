@@ -1,6 +1,8 @@
-import { spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { once } from 'node:events';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import {
   AggregationTemporality,
   InMemoryMetricExporter,
@@ -14,6 +16,8 @@ import { appName, eventually, killBackends, track, useMigratedDatabase } from '.
 import { withTimeout } from './support/server.js';
 
 let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
+const execFileAsync = promisify(execFile);
+const root = fileURLToPath(new URL('..', import.meta.url));
 
 beforeAll(async () => {
   db = await useMigratedDatabase('observe');
@@ -85,7 +89,7 @@ describe('logs', () => {
   it('logs every acquisition and release at debug with durations, timeouts and losses at warn', async () => {
     const entries: { level: string; msg?: string; obj: Record<string, unknown> }[] = [];
     const log = (level: string) => (obj: object, msg?: string) => entries.push({ level, msg, obj: obj as Record<string, unknown> });
-    const logger = { debug: log('debug'), info: log('info'), warn: log('warn'), error: log('error') };
+    const logger = { level: 'debug', debug: log('debug'), info: log('info'), warn: log('warn'), error: log('error') };
     const app = appName('logs');
     const locker = track(createLocker({ connectionString: db.urlWith({ application_name: app }), logger }));
     const other = track(createLocker({ connectionString: db.url }));
@@ -114,6 +118,48 @@ describe('logs', () => {
     expect(lostErr.stack).toContain('LockLostError');
     expect(h.signal.reason).toBeInstanceOf(LockLostError);
     expect(typeof (h.signal.reason as LockLostError).key).toBe('bigint'); // the thrown error is untouched
+  });
+
+  it("follows the logger's level: isLevelEnabled (asked at each line), else its level, else info and above", async () => {
+    const entries: { level: string; msg?: string }[] = [];
+    const log = (level: string) => (_obj: object, msg?: string) => void entries.push({ level, msg });
+    const methods = { debug: log('debug'), info: log('info'), warn: log('warn'), error: log('error') };
+    const cycle = async (logger: object, name: string) => {
+      entries.length = 0;
+      const locker = track(createLocker({ connectionString: db.url, logger: logger as never }));
+      await (await locker.acquire(name)).release();
+      return entries.filter((e) => e.msg === 'pgfence: acquired' || e.msg === 'pgfence: released').length;
+    };
+    expect(await cycle(methods, 'level:none')).toBe(0); // no level: info and above, as console
+    expect(await cycle({ ...methods, level: 'info' }, 'level:info')).toBe(0);
+    expect(await cycle({ ...methods, level: 'debug' }, 'level:debug')).toBe(2);
+    expect(await cycle({ ...methods, level: 'trace' }, 'level:trace')).toBe(2);
+    let current = 'warn';
+    const pinoLike = { ...methods, level: 'debug', isLevelEnabled: (level: string) => level === 'debug' ? current === 'debug' : true };
+    expect(await cycle(pinoLike, 'level:pino')).toBe(0); // isLevelEnabled wins over level
+    current = 'debug';
+    expect(await cycle(pinoLike, 'level:pino2')).toBe(2);
+    // Warnings reach a logger without a level.
+    entries.length = 0;
+    const quiet = track(createLocker({ connectionString: db.url, logger: methods }));
+    const other = track(createLocker({ connectionString: db.url }));
+    const held = await other.acquire('level:warn');
+    await expect(quiet.acquire('level:warn', { timeoutMs: 50 })).rejects.toBeInstanceOf(LockTimeoutError);
+    await held.release();
+    expect(entries).toEqual([{ level: 'warn', msg: 'pgfence: timed out waiting for lock' }]);
+  });
+
+  it('a plain console prints no line for an acquire and a release; { ...console, level: "debug" } does', async () => {
+    const script = (logger: string) => `
+      import { createLocker } from 'pgfence';
+      const locker = createLocker({ connectionString: process.env.DATABASE_URL, logger: ${logger} });
+      await (await locker.acquire('console:1')).release();
+      await locker.close();
+      console.log('done');`;
+    const run = async (logger: string) =>
+      (await execFileAsync(process.execPath, ['--input-type=module', '-e', script(logger)], { cwd: root, env: { ...process.env, DATABASE_URL: db.url }, timeout: 60_000 })).stdout;
+    expect(await run('console')).toBe('done\n');
+    expect(await run("{ ...console, level: 'debug' }")).toMatch(/pgfence: acquired[^]*pgfence: released[^]*done/);
   });
 });
 
