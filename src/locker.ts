@@ -49,7 +49,7 @@ export interface Locker extends EventEmitter<LockerEvents> {
   close(): Promise<void>;
 }
 
-export function createLocker(options: LockerOptions): Locker {
+export function createLocker(options?: LockerOptions): Locker {
   return new PgLocker(options);
 }
 
@@ -71,7 +71,7 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
   private readonly observer: Observer;
   private closing: Promise<void> | null = null;
 
-  constructor(options: LockerOptions) {
+  constructor(options: LockerOptions | undefined) {
     super();
     const opts = resolveLockerOptions(options);
     const { keepaliveMs, deadlineMs, logger } = opts;

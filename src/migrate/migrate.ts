@@ -6,7 +6,7 @@ import { packageFolders } from './package-folders.js';
 import { runMigrations, type MigrateResult } from './runner.js';
 
 export interface MigrateOptions {
-  /** A PostgreSQL URL; migrate() opens one connection and ends it before returning. */
+  /** A PostgreSQL URL or libpq keyword/value settings (default: the PG* environment); migrate() opens one connection and ends it before returning. */
   connectionString?: string;
   /** Or a pool of yours: one connection is checked out for the run and given back. */
   pool?: pg.Pool;
@@ -19,7 +19,7 @@ export const MIGRATE_OPTION_KEYS = optionKeys<MigrateOptions>({ connectionString
  * lock, and a run that waited finds nothing left to do. Throws a PgfenceError with code
  * PGFENCE_MIGRATION_EDITED (before applying anything) if an applied migration file was changed.
  */
-export async function migrate(opts: MigrateOptions): Promise<MigrateResult> {
+export async function migrate(opts: MigrateOptions = {}): Promise<MigrateResult> {
   const target = validateMigrateOptions(opts);
   const folders = packageFolders();
   if ('pool' in target) return runMigrations({ pool: target.pool, ...folders });
@@ -52,8 +52,7 @@ export function validateMigrateOptions(opts: unknown): { connectionString: strin
   if (connectionString !== undefined && pool !== undefined) {
     throw new InvalidArgumentError('opts', 'pass either connectionString or pool, not both');
   }
-  // A URL or libpq keyword/value settings, as one URL; a bad one throws here, before any I/O.
-  if (connectionString !== undefined) return { connectionString: resolveConnectionString(connectionString) };
   if (pool !== undefined) return { pool: pool as pg.Pool };
-  throw new InvalidArgumentError('opts', 'pass connectionString (a PostgreSQL URL) or pool (a pg.Pool)');
+  // A URL or libpq keyword/value settings as one URL, or none: the PG* environment. A bad one throws here, before any I/O.
+  return { connectionString: resolveConnectionString(connectionString as string | undefined) };
 }
