@@ -46,4 +46,4 @@ export type { LeaseHandle } from './lease/index.js';
 export type { DemotedEvent, DemotionReason, ElectedEvent, LeaderElection, LeaderEvents, WhenElectedOptions } from './lease/index.js';
 export { migrate } from './migrate/index.js';
 export type { MigrateOptions, MigrateResult } from './migrate/index.js';
-export type { LeaseEntry, LockEntry, LockReport } from './observe/index.js';
+export type { LeaseEntry, LockEntry, LockReport, ReplicationReport, StandbyEntry } from './observe/index.js';

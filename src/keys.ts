@@ -11,7 +11,7 @@ export interface LockTarget {
   readonly name: string | null;
 }
 
-export const MAX_NAME_BYTES = 1024;
+const MAX_NAME_BYTES = 1024;
 const INT64_MIN = -(2n ** 63n);
 const INT64_MAX = 2n ** 63n - 1n;
 const encoder = new TextEncoder();
@@ -19,7 +19,7 @@ const encoder = new TextEncoder();
 export interface LockKeyOptions {
   namespace?: string;
 }
-export const LOCK_KEY_OPTION_KEYS = optionKeys<LockKeyOptions>({ namespace: true });
+const LOCK_KEY_OPTION_KEYS = optionKeys<LockKeyOptions>({ namespace: true });
 
 /**
  * The int64 advisory-lock key of a name: the first 64-bit word of MurmurHash3_x64_128 over the
@@ -92,7 +92,7 @@ export function resolveLock(name: unknown, namespace?: string, argument = 'name'
 }
 
 /** An explicit key: a bigint in the signed int64 range, or a safe integer number. */
-export function toKey(value: unknown, argument = 'key'): bigint {
+function toKey(value: unknown, argument = 'key'): bigint {
   if (typeof value === 'bigint') {
     if (value < INT64_MIN || value > INT64_MAX) {
       throw new InvalidArgumentError(argument, `key ${value} is outside the signed int64 range`);

@@ -39,7 +39,7 @@ export interface LockerOptions {
   /** An @opentelemetry/api Meter. */
   meter?: Meter;
 }
-export const LOCKER_OPTION_KEYS = optionKeys<LockerOptions>({
+const LOCKER_OPTION_KEYS = optionKeys<LockerOptions>({
   connectionString: true,
   pool: true,
   directConnectionString: true,

@@ -35,7 +35,7 @@ export interface LockerContext {
  * One kind of lock a locker offers (session locks, leases, semaphores), as the locker sees it. The
  * locker keeps a list of parts and tells each the same facts in turn, rather than wiring each by hand.
  */
-export interface LockerPart {
+interface LockerPart {
   /** Locks of this part held now. */
   readonly held: number;
   /** Requests of this part waiting now. */

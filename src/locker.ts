@@ -1,17 +1,15 @@
 import { EventEmitter } from 'node:events';
-import { ACQUIRE_OPTION_KEYS, acquireAll, type AcquireOptions, acquireRequest, type AcquireRequest, AdvisoryLockManager, type CompositeLockHandle, type FencedAcquireOptions, leaderGuardRequest, LockBudget, openSemaphore, type Semaphore, SemaphoreManager, type SemaphoreOptions, sessionLockStatements, tryAcquireRequest, warmGuardSql } from './advisory/index.js';
+import { acquireAll, type AcquireOptions, acquireRequest, type AcquireRequest, AdvisoryLockManager, type CompositeLockHandle, type FencedAcquireOptions, leaderGuardRequest, LockBudget, openSemaphore, type Semaphore, SemaphoreManager, type SemaphoreOptions, sessionLockStatements, tryAcquireRequest, warmGuardSql } from './advisory/index.js';
 import type { FencedLockHandle, LockHandle } from './core/index.js';
 import { LockerParts } from './locker-parts.js';
 import { resolveLock, type LockName } from './keys.js';
-import { LEADER_OPTION_KEYS, LeaderCampaign, type LeaderElection, LEASE_OPTION_KEYS, type LeaseHandle, LeaseManager, type LeaseOptions, leaseRequest, startCampaign, tryLeaseRequest } from './lease/index.js';
-import { LOCKER_OPTION_KEYS, resolveLockerOptions, type LockerOptions } from './locker-options.js';
+import { LeaderCampaign, type LeaderElection, type LeaseHandle, LeaseManager, type LeaseOptions, leaseRequest, startCampaign, tryLeaseRequest } from './lease/index.js';
+import { resolveLockerOptions, type LockerOptions } from './locker-options.js';
 import { PgLockerContext } from './locker-context.js';
 import { inspectDatabase, type LockerEvents, type LockerStats, type LockReport, NameRegistry, Observer, type OwnLocks, reportBounce } from './observe/index.js';
 import { callback } from './options.js';
 import { ConnectionSource, deadClientBounds, PinnedSessionSettings, ReleaseListener, SessionPool } from './session/index.js';
 
-// Each kind of lock parses its own options; they are named here too, where they always were.
-export { ACQUIRE_OPTION_KEYS, LEADER_OPTION_KEYS, LEASE_OPTION_KEYS, LOCKER_OPTION_KEYS };
 export type { AcquireOptions, FencedAcquireOptions, LeaseOptions, LockerOptions };
 
 /** A locker: its events ('acquired', 'released', 'timeout', 'lost', 'contention', 'bounce') are typed by LockerEvents. */

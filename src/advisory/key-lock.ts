@@ -286,6 +286,6 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
   }
 }
 
-export function lockInfo(request: AcquireRequest) {
+function lockInfo(request: AcquireRequest) {
   return { kind: request.kind ?? 'lock', name: request.target.name, key: request.target.key, mode: request.mode };
 }

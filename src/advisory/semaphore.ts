@@ -156,7 +156,7 @@ export class SemaphoreManager {
 }
 
 /** One permit: the slot key it holds, on the session that holds it. */
-export class PermitHandle extends BaseHandle {
+class PermitHandle extends BaseHandle {
   readonly baseKey: bigint;
 
   constructor(

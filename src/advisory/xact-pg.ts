@@ -13,7 +13,7 @@ import {
 } from './xact.js';
 
 /** node-postgres: a client (or pool client) inside BEGIN ... COMMIT. */
-export function pgExecutor(client: pg.ClientBase): XactExecutor {
+function pgExecutor(client: pg.ClientBase): XactExecutor {
   const sql = pgSqlExecutor(client, 'client', 'a node-postgres client inside a transaction');
   const withStatus = client as pg.ClientBase & { getTransactionStatus?: () => string | null };
   return {

@@ -13,7 +13,7 @@ export interface XactLockOptions {
   /** Prefix hashed together with the name, as the locker's namespace option. */
   namespace?: string;
 }
-export const XACT_LOCK_OPTION_KEYS = optionKeys<XactLockOptions>({ mode: true, timeoutMs: true, signal: true, fencing: true, namespace: true });
+const XACT_LOCK_OPTION_KEYS = optionKeys<XactLockOptions>({ mode: true, timeoutMs: true, signal: true, fencing: true, namespace: true });
 
 export interface XactLockResult {
   key: bigint;
@@ -56,7 +56,7 @@ const SLICE_MS = 250;
  * lock_timeout (the wait's bound) fires, so a statement still unanswered this long after its own bound
  * means the server or the network is gone, not that the lock is busy.
  */
-export const ANSWER_GRACE_MS = 2000;
+const ANSWER_GRACE_MS = 2000;
 
 /** A statement went unanswered past its bound plus ANSWER_GRACE_MS. */
 class NoAnswer {

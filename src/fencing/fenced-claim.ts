@@ -13,7 +13,7 @@ export interface FencedClaimSpec {
   column?: string;
 }
 
-export const FENCED_CLAIM_SPEC_KEYS = optionKeys<FencedClaimSpec>({ table: true, where: true, token: true, column: true });
+const FENCED_CLAIM_SPEC_KEYS = optionKeys<FencedClaimSpec>({ table: true, where: true, token: true, column: true });
 
 export interface FencedClaimResult<Row = Record<string, unknown>> {
   /** True when every row the `where` matched was claimed (at least one). */
@@ -37,7 +37,7 @@ const META = { written: '__pgfence_written', matched: '__pgfence_matched', curre
  * an older holder's guarded writes to these rows are refused, even if it read them first; and a newer
  * holder's claim takes them over. Inside a transaction the claimed rows stay locked until it ends.
  */
-export function fencedClaimQuery(spec: FencedClaimSpec): { text: string; values: unknown[] } {
+function fencedClaimQuery(spec: FencedClaimSpec): { text: string; values: unknown[] } {
   if (typeof spec === 'object' && spec !== null && (spec as { set?: unknown }).set !== undefined) {
     throw new InvalidArgumentError('set', 'fencedClaim writes only the fencing token; write columns afterwards with fencedUpdate');
   }
@@ -68,7 +68,7 @@ export async function fencedClaimWith<Row>(db: SqlExecutor, spec: FencedClaimSpe
 }
 
 /** The claim's rows and counts; each claimed row's fencing column is `token` (a bigint, as tokens are everywhere). */
-export function fencedClaimResult<Row>(rows: Record<string, unknown>[], column: string, token: bigint): FencedClaimResult<Row> {
+function fencedClaimResult<Row>(rows: Record<string, unknown>[], column: string, token: bigint): FencedClaimResult<Row> {
   const first = rows[0]!;
   const counts: GuardedCounts = {
     written: first[META.written] as number,

@@ -11,7 +11,7 @@ export interface FencingColumnOptions {
    */
   enforce?: boolean;
 }
-export const FENCING_COLUMN_OPTION_KEYS = optionKeys<FencingColumnOptions>({ column: true, enforce: true });
+const FENCING_COLUMN_OPTION_KEYS = optionKeys<FencingColumnOptions>({ column: true, enforce: true });
 
 /** The SQL that adds a fencing column (bigint, NULL until first fenced write) to one of your tables. Idempotent. */
 export function fencingColumnSql(table: string, opts?: FencingColumnOptions): string {

@@ -8,7 +8,7 @@ import type { LeaseHandle } from './lease-manager.js';
 import { LEADER_OPTION_KEYS, leaseRequest, type LeaseOptions } from './lease-options.js';
 
 /** What a leader election needs from its locker. */
-export interface LeaderCampaignPorts {
+interface LeaderCampaignPorts {
   lease(signal: AbortSignal): Promise<LeaseHandle>;
   /** A session lock whose loss ends the term (a killed backend, a lost network), named `name`. */
   guard(key: bigint, name: string): Promise<LockHandle>;
@@ -23,7 +23,7 @@ export type DemotionReason = 'resigned' | LockLostReason;
 export interface WhenElectedOptions {
   signal?: AbortSignal;
 }
-export const WHEN_ELECTED_OPTION_KEYS = optionKeys<WhenElectedOptions>({ signal: true });
+const WHEN_ELECTED_OPTION_KEYS = optionKeys<WhenElectedOptions>({ signal: true });
 
 export interface DemotedEvent {
   epoch: bigint;
@@ -63,7 +63,7 @@ export interface LeaderElection extends EventEmitter<LeaderEvents> {
 const RETRY_MS = 250;
 
 /** What a locker.leader() campaign takes from its locker: its leases, and the session lock that guards a term. */
-export interface LeaderLocks {
+interface LeaderLocks {
   lease(opts: LeaseOptions): Promise<LeaseHandle>;
   guard: LeaderCampaignPorts['guard'];
 }

@@ -170,7 +170,7 @@ export class LeaseManager {
  * successful grant or renewal was *sent*, minus a margin: the database set the expiry later than that,
  * so the signal aborts before anyone else can be admitted.
  */
-export class LeaseHandleImpl extends BaseHandle implements LeaseHandle {
+class LeaseHandleImpl extends BaseHandle implements LeaseHandle {
   declare readonly token: bigint;
   readonly owner: string;
   readonly data: unknown;

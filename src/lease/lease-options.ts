@@ -24,7 +24,7 @@ export interface LeaseOptions<D = unknown> {
   minHoldMs?: number;
   allowNested?: boolean;
 }
-export const LEASE_OPTION_KEYS = optionKeys<LeaseOptions>({
+const LEASE_OPTION_KEYS = optionKeys<LeaseOptions>({
   ttlMs: true,
   renew: true,
   timeoutMs: true,

@@ -11,7 +11,7 @@ export interface MigrateOptions {
   /** Or a pool of yours: one connection is checked out for the run and given back. */
   pool?: pg.Pool;
 }
-export const MIGRATE_OPTION_KEYS = optionKeys<MigrateOptions>({ connectionString: true, pool: true });
+const MIGRATE_OPTION_KEYS = optionKeys<MigrateOptions>({ connectionString: true, pool: true });
 
 /**
  * Brings pgfence's schema up to date: applies pending migrations/ in order and re-applies changed
@@ -34,7 +34,7 @@ export async function migrate(opts: MigrateOptions = {}): Promise<MigrateResult>
 }
 
 /** Exactly one of connectionString and pool, each of the right type; checked before any I/O. */
-export function validateMigrateOptions(opts: unknown): { connectionString: string } | { pool: pg.Pool } {
+function validateMigrateOptions(opts: unknown): { connectionString: string } | { pool: pg.Pool } {
   if (typeof opts !== 'object' || opts === null || Array.isArray(opts)) {
     throw new InvalidArgumentError('opts', `expected { connectionString } or { pool }, got ${describeType(opts)}`);
   }

@@ -83,7 +83,7 @@ export interface WorkWithLockOptions<T = object> {
   /** Passed to `boss.work()`. */
   workOptions?: BossWorkOptions;
 }
-export const WORK_WITH_LOCK_OPTION_KEYS = optionKeys<WorkWithLockOptions>({ key: true, waitMs: true, fencing: true, workOptions: true });
+const WORK_WITH_LOCK_OPTION_KEYS = optionKeys<WorkWithLockOptions>({ key: true, waitMs: true, fencing: true, workOptions: true });
 
 /** A job's key stayed busy past waitMs: the job goes back to pg-boss to be retried later. */
 export class KeyBusyError extends PgfenceError {

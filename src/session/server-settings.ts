@@ -22,7 +22,7 @@ import type { Logger } from '../observe/index.js';
  * The server timeouts that would kill an idle holder with its locks are turned off on these
  * connections only.
  */
-export interface DeadClientBounds {
+interface DeadClientBounds {
   /** Within this time of its last answer, a holder's session is declared lost and its signals abort. */
   clientLossMs: number;
   tcpUserTimeoutMs: number;
@@ -56,7 +56,7 @@ export function deadClientBounds(keepaliveMs: number, deadlineMs: number): DeadC
 }
 
 /** The settings, in the order they are applied; a server that lacks one (older version) skips it. */
-export function pinnedSessionSettings(bounds: DeadClientBounds): [name: string, value: string][] {
+function pinnedSessionSettings(bounds: DeadClientBounds): [name: string, value: string][] {
   return [
     ['tcp_keepalives_idle', String(bounds.keepalivesIdleS)],
     ['tcp_keepalives_interval', String(bounds.keepalivesIntervalS)],

@@ -8,7 +8,7 @@ import { WaitCount, WaitLine } from './wait-line.js';
 export const closedError = () => new LockerClosedError('the locker was closed');
 
 /** A request for a named resource (a lease, a semaphore), as the observer reports it. */
-export interface TargetRequest extends LineRequest {
+interface TargetRequest extends LineRequest {
   target: LockTarget;
 }
 
