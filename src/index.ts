@@ -22,7 +22,7 @@ export {
 } from './core/index.js';
 export { PGFENCE_ERROR_CODES } from './core/index.js';
 export type { PgfenceErrorCode } from './core/index.js';
-export type { LockKind, LockLostReason, LockMode } from './core/index.js';
+export type { LockEventInfo, LockKind, LockLostReason, LockMode } from './core/index.js';
 export type { Logger } from './observe/index.js';
 export type { Meter } from './observe/index.js';
 export type {

@@ -1,5 +1,5 @@
 import type { Kysely, Selectable, Transaction, Updateable } from 'kysely';
-import { DEFAULT_FENCING_COLUMN, type FencedClaimResult, type FencedClaimSpec, fencedClaimWith, type FencedUpdateResult, type FencedUpdateSpec, fencedUpdateWith, type FencingColumnOptions, fencingColumnSql } from '../fencing/index.js';
+import { type FencedClaimResult, type FencedClaimSpec, fencedClaimWith, type FencedUpdateResult, type FencedUpdateSpec, fencedUpdateWith, type FencingColumnOptions, fencingColumnSql } from '../fencing/index.js';
 import { kyselySqlExecutor, type AnyKysely } from './sql-executor.js';
 
 /** The tables of a Kysely database type, by the names Kysely uses (`schema.table` included). */
@@ -8,7 +8,7 @@ export type TableName<DB> = keyof DB & string;
 export type ColumnName<DB, TB extends TableName<DB>> = keyof Selectable<DB[TB]> & string;
 
 /** fencedUpdate's spec, checked against the Kysely database type: the table, its columns and their values. */
-export interface KyselyFencedUpdateSpec<DB, TB extends TableName<DB>, C extends string = typeof DEFAULT_FENCING_COLUMN> {
+export interface KyselyFencedUpdateSpec<DB, TB extends TableName<DB>, C extends string = 'fencing_token'> {
   table: TB;
   /** Columns to write (not the fencing column: fencedUpdate writes the token there). */
   set: Omit<Updateable<DB[TB]>, C>;
@@ -21,13 +21,13 @@ export interface KyselyFencedUpdateSpec<DB, TB extends TableName<DB>, C extends 
 }
 
 /** fencedClaim's spec, checked against the Kysely database type. */
-export type KyselyFencedClaimSpec<DB, TB extends TableName<DB>, C extends string = typeof DEFAULT_FENCING_COLUMN> = Omit<
+export type KyselyFencedClaimSpec<DB, TB extends TableName<DB>, C extends string = 'fencing_token'> = Omit<
   KyselyFencedUpdateSpec<DB, TB, C>,
   'set'
 >;
 
 /** A claimed row: the table's row as Kysely selects it, its fencing column the token (a bigint). */
-export type ClaimedRow<DB, TB extends TableName<DB>, C extends string = typeof DEFAULT_FENCING_COLUMN> = Omit<Selectable<DB[TB]>, C> & {
+export type ClaimedRow<DB, TB extends TableName<DB>, C extends string = 'fencing_token'> = Omit<Selectable<DB[TB]>, C> & {
   [K in C]: bigint;
 };
 
@@ -41,7 +41,7 @@ export type ClaimedRow<DB, TB extends TableName<DB>, C extends string = typeof D
  * if (!r.applied) console.log(r.reason, r.currentToken); // 'stale' and the newer token, or 'missing'
  * ```
  */
-export async function fencedUpdate<DB, TB extends TableName<DB>, C extends string = typeof DEFAULT_FENCING_COLUMN>(
+export async function fencedUpdate<DB, TB extends TableName<DB>, C extends string = 'fencing_token'>(
   db: Kysely<DB> | Transaction<DB>,
   spec: KyselyFencedUpdateSpec<DB, TB, C>,
 ): Promise<FencedUpdateResult> {
@@ -62,7 +62,7 @@ export async function fencedUpdate<DB, TB extends TableName<DB>, C extends strin
  * });
  * ```
  */
-export async function fencedClaim<DB, TB extends TableName<DB>, C extends string = typeof DEFAULT_FENCING_COLUMN>(
+export async function fencedClaim<DB, TB extends TableName<DB>, C extends string = 'fencing_token'>(
   db: Kysely<DB> | Transaction<DB>,
   spec: KyselyFencedClaimSpec<DB, TB, C>,
 ): Promise<FencedClaimResult<ClaimedRow<DB, TB, C>>> {

@@ -40,7 +40,7 @@ export type LockedJob<T = object> = BossJob<T> & {
   readonly signal: AbortSignal;
 };
 
-/** Why a job's signal aborted: see {@link LockedJob.signal}. */
+/** Why a job's signal aborted: see the `signal` of {@link LockedJob}. */
 export type JobStopReason = LockLostError | JobStoppedError;
 
 /** pg-boss stopped a job (expiry, stop, or an abort of its own): the reason of a job's signal. */
