@@ -25,6 +25,12 @@ const LOCK_KEY_OPTION_KEYS = optionKeys<LockKeyOptions>({ namespace: true });
  * The int64 advisory-lock key of a name: the first 64-bit word of MurmurHash3_x64_128 over the
  * UTF-8 bytes (namespace ‖ 0x00 ‖ name when namespaced), seed 0, read as signed.
  * Stable forever: other languages reproduce it from test/vectors/keys.json.
+ *
+ * @example
+ * ```ts fragment
+ * lockKey('order:123'); // -2046217617591970219n, as pgfence.lock_key('order:123') in SQL
+ * lockKey('order:123', { namespace: 'app' }); // 4553773078218211980n
+ * ```
  */
 export function lockKey(name: string, opts?: LockKeyOptions): bigint {
   const namespace = opts === undefined ? undefined : optionsObject<LockKeyOptions>(opts, 'lockKey options', LOCK_KEY_OPTION_KEYS).namespace;

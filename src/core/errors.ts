@@ -48,7 +48,18 @@ export class PgfenceError extends Error {
     this.name = new.target.name;
   }
 
-  /** JSON loggers serialise errors too: keys and tokens (bigints) become strings. */
+  /**
+   * JSON loggers serialise errors too: keys and tokens (bigints) become strings.
+   *
+   * @example
+   * ```ts fragment
+   * try {
+   *   await locker.acquire('order:123', { timeoutMs: 0 });
+   * } catch (err) {
+   *   console.log(JSON.stringify(err)); // {"name":"LockTimeoutError","code":"PGFENCE_LOCK_TIMEOUT",...,"key":"-2046217617591970219"}
+   * }
+   * ```
+   */
   toJSON(): Record<string, unknown> {
     const out: Record<string, unknown> = { name: this.name, code: this.code, message: this.message };
     for (const [k, v] of Object.entries(this)) out[k] = bigintAsString(k, v);

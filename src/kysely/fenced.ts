@@ -5,9 +5,24 @@ import { bareIdentifier, checkToken, DEFAULT_FENCING_COLUMN, type FencedUpdateRe
 
 /** A guarded Kysely update, ready to run: `execute()` reports what it wrote and what it refused, and why. */
 export interface FencedUpdateQuery {
-  /** Runs the update (one statement); stale vs missing as fencedUpdate reports them. */
+  /**
+   * Runs the update (one statement); stale vs missing as fencedUpdate reports them.
+   *
+   * @example
+   * ```ts fragment
+   * const r = await fenced(db.updateTable('orders').set({ status: 'paid' }).where('id', '=', 1), token).execute();
+   * console.log(r.applied, r.written, r.refused, r.reason);
+   * ```
+   */
   execute(): Promise<FencedUpdateResult>;
-  /** The statement it runs, for logging or inspection. */
+  /**
+   * The statement it runs, for logging or inspection.
+   *
+   * @example
+   * ```ts fragment
+   * console.log(fenced(db.updateTable('orders').set({ status: 'paid' }).where('id', '=', 1), token).compile().sql);
+   * ```
+   */
   compile(): CompiledQuery;
 }
 

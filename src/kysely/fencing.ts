@@ -72,6 +72,12 @@ export async function fencedClaim<DB, TB extends TableName<DB>, C extends string
 /**
  * Adds the fencing column (and, with `enforce`, the trigger) to one of your tables, for use inside
  * your own Kysely migrations: `up: (db) => addFencingColumn(db, 'orders', { enforce: true })`.
+ *
+ * @example
+ * ```ts fragment
+ * // In one of your own Kysely migrations:
+ * const up = (db: Kysely<any>) => addFencingColumn(db, 'orders', { enforce: true });
+ * ```
  */
 export async function addFencingColumn(db: AnyKysely, table: string, opts?: FencingColumnOptions): Promise<void> {
   const text = fencingColumnSql(table, opts);

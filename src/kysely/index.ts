@@ -26,6 +26,14 @@ function kyselyExecutor(trx: AnyKysely): XactExecutor {
  * pg_advisory_xact_lock inside a Kysely transaction (db.transaction().execute(async (trx) => ...)).
  * When PostgreSQL does not answer within timeoutMs plus 2 s, rejects with LockUnavailableError and
  * dooms the transaction: its later statements fail until it is rolled back.
+ *
+ * @example
+ * ```ts fragment
+ * await db.transaction().execute(async (trx) => {
+ *   const { token } = await xactLock(trx, 'invoice:42', { fencing: true }); // released at COMMIT or ROLLBACK
+ *   await fenced(trx.updateTable('invoices').set({ status: 'paid' }).where('id', '=', 42), token).execute();
+ * });
+ * ```
  */
 export async function xactLock(trx: AnyKysely, name: LockName, opts: FencedXactLockOptions): Promise<FencedXactLockResult>;
 export async function xactLock(trx: AnyKysely, name: LockName, opts?: XactLockOptions): Promise<XactLockResult>;
@@ -33,7 +41,17 @@ export async function xactLock(trx: AnyKysely, name: LockName, opts?: XactLockOp
   return xactLockWith(kyselyExecutor(trx), name, opts);
 }
 
-/** One try at a transaction lock inside a Kysely transaction; null when it is held elsewhere. */
+/**
+ * One try at a transaction lock inside a Kysely transaction; null when it is held elsewhere.
+ *
+ * @example
+ * ```ts fragment
+ * await db.transaction().execute(async (trx) => {
+ *   if (!(await tryXactLock(trx, 'invoice:42'))) return; // another transaction holds it
+ *   // ...
+ * });
+ * ```
+ */
 export async function tryXactLock(
   trx: AnyKysely,
   name: LockName,

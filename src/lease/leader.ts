@@ -54,9 +54,25 @@ export interface LeaderElection extends EventEmitter<LeaderEvents> {
   readonly epoch: bigint | null;
   /** Aborts when the current term ends; null when not leading (checked as isLeader is). */
   readonly signal: AbortSignal | null;
-  /** Resolves with the epoch once this candidate leads (at once if it does). */
+  /**
+   * Resolves with the epoch once this candidate leads (at once if it does).
+   *
+   * @example
+   * ```ts fragment
+   * const election = locker.leader('scheduler');
+   * const epoch = await election.whenElected({ signal: AbortSignal.timeout(60_000) });
+   * ```
+   */
   whenElected(opts?: WhenElectedOptions): Promise<bigint>;
-  /** Stops campaigning; a leader releases its lease first ('demoted' with reason 'resigned'). */
+  /**
+   * Stops campaigning; a leader releases its lease first ('demoted' with reason 'resigned').
+   *
+   * @example
+   * ```ts fragment
+   * const election = locker.leader('scheduler');
+   * process.once('SIGTERM', () => void election.resign()); // 'demoted' with reason 'resigned'
+   * ```
+   */
   resign(): Promise<void>;
 }
 

@@ -18,6 +18,12 @@ const MIGRATE_OPTION_KEYS = optionKeys<MigrateOptions>({ connectionString: true,
  * sql/ definitions. Safe to call from every instance at start-up: runs are serialised by an advisory
  * lock, and a run that waited finds nothing left to do. Throws a PgfenceError with code
  * PGFENCE_MIGRATION_EDITED (before applying anything) if an applied migration file was changed.
+ *
+ * @example
+ * ```ts fragment
+ * const { applied } = await migrate({ connectionString: process.env.DATABASE_URL });
+ * console.log(applied); // the files it applied: [] when the schema was up to date
+ * ```
  */
 export async function migrate(opts: MigrateOptions = {}): Promise<MigrateResult> {
   const target = validateMigrateOptions(opts);

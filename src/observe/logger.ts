@@ -5,6 +5,13 @@ import { withBigintsAsStrings } from '../core/index.js';
  * levels it wants: `isLevelEnabled(level)` when it has one (pino, winston), else its `level` (pino's
  * names), else info and above — so a plain `console` prints no debug line per acquire and release;
  * give it `level: 'debug'` (`{ ...console, level: 'debug' }`) to see them.
+ *
+ * @example
+ * ```ts fragment
+ * const quiet = createLocker({ connectionString: process.env.DATABASE_URL, logger: console }); // info and above
+ * const verbose = createLocker({ connectionString: process.env.DATABASE_URL, logger: { ...console, level: 'debug' } });
+ * // pino: logger: pino({ level: 'debug' }) (its isLevelEnabled() is asked before every line)
+ * ```
  */
 export interface Logger {
   debug(obj: object, msg?: string): void;

@@ -63,7 +63,17 @@ export interface BossWorkOptions {
   [option: string]: unknown;
 }
 
-/** What workWithLock needs of a PgBoss instance. */
+/**
+ * What workWithLock needs of a PgBoss instance.
+ *
+ * @example
+ * ```ts fragment
+ * // A PgBoss instance (pg-boss 10, 11 or 12) is a BossLike:
+ * // import PgBoss from 'pg-boss' (10 and 11), import { PgBoss } from 'pg-boss' (12)
+ * const bossLike: BossLike = boss;
+ * await workWithLock(bossLike, locker, 'orders', { key: (job) => job.id }, async () => 'done');
+ * ```
+ */
 export interface BossLike {
   work(name: string, options: BossWorkOptions, handler: (jobs: any[]) => Promise<unknown>): Promise<string>;
   fail(name: string, id: string, data: object): Promise<unknown>;
@@ -145,6 +155,15 @@ function afterBounce(retryCount: unknown, retryLimit: unknown): string {
  * - Errors and outputs reach pg-boss as JSON: bigint fields (pgfence errors, tokens) become strings.
  *
  * Arguments are validated before any I/O (InvalidArgumentError).
+ *
+ * @example
+ * ```ts fragment
+ * await workWithLock<{ orderId: string }>(boss, locker, 'orders',
+ *   { key: (job) => `order:${job.data.orderId}`, fencing: true, waitMs: 30_000 },
+ *   async (job, lock) => {
+ *     await fencedUpdate(pool, { table: 'orders', set: { status: 'paid' }, where: { id: Number(job.data.orderId) }, token: lock.token });
+ *   });
+ * ```
  */
 export async function workWithLock<T = object>(
   boss: BossLike,
