@@ -1,10 +1,13 @@
 import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { cp, mkdir, mkdtemp, readFile, realpath, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, relative, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { useTestDatabase } from './support/db.js';
+import { markdownBlocks } from './support/doc-blocks.js';
 import { installedAtLeast, installedVersion } from './support/versions.js';
 
 const run = promisify(execFile);
@@ -256,6 +259,26 @@ describe('the packed package', () => {
     );
     expect(stdout.trim()).toBe('function function -2046217617591970219');
   });
+
+  it('a fresh project (npm init -y && npm install <tarball> pg) runs the README Quick start as written', async () => {
+    const app = join(work, 'app');
+    await mkdir(app);
+    await run('npm', ['init', '-y'], { cwd: app });
+    // pg at the version this repository installed: from npm's cache when it has it, else the registry.
+    const pgVersion = installedVersion('pg').join('.');
+    await run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', tarball, `pg@${pgVersion}`], { cwd: app, timeout: 180_000 });
+    const quickStart = markdownBlocks(root, 'README.md').find((b) => b.lang === 'js' && b.flags.includes('run'))!;
+    expect(quickStart.output).toBeDefined();
+    // As the README says: saved as quickstart.mjs, run with node, DATABASE_URL set (a fresh database).
+    await writeFile(join(app, 'quickstart.mjs'), quickStart.code);
+    const url = (await useTestDatabase('quickstart')).url;
+    const { stdout } = await run(process.execPath, ['quickstart.mjs'], { cwd: app, env: { ...process.env, DATABASE_URL: url }, timeout: 60_000 });
+    expect(stdout).toBe(quickStart.output);
+    // Only what the README's install line names came in: no optional peer, and pgfence without dependencies of its own.
+    const installed = JSON.parse(await readFile(join(app, 'package.json'), 'utf8')) as { dependencies: Record<string, string> };
+    expect(Object.keys(installed.dependencies).sort()).toEqual(['pg', 'pgfence']);
+    for (const optional of ['kysely', 'pg-boss', '@opentelemetry/api']) expect(existsSync(join(app, 'node_modules', optional)), optional).toBe(false);
+  }, 240_000);
 
   it("loads with require('pgfence') (Node >= 20.19 loads ES modules through require)", async () => {
     const [major, minor] = process.versions.node.split('.').map(Number) as [number, number];
