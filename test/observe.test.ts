@@ -63,15 +63,15 @@ describe('metrics', () => {
     expect(sum('pgfence.lock.hold')).toBe(3); // one release and two losses
     expect(metrics.get('pgfence.lock.held')!.dataPoints[0]!.value).toBe(0);
 
-    // Every instrument has a unit, and README's table documents it with its unit and every attribute
+    // Every instrument has a unit, and docs/api.md's table documents it with its unit and every attribute
     // (and attribute value) it was recorded with.
-    const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
+    const readme = readFileSync(new URL('../docs/api.md', import.meta.url), 'utf8');
     expect(metrics.size).toBe(7);
     for (const [name, m] of metrics) {
       const unit = (m as unknown as { descriptor: { unit: string } }).descriptor.unit;
       expect(unit, `${name} has a unit`).toMatch(/^(ms|\{[a-z]+\})$/);
       const row = readme.split('\n').map((l) => l.trim()).find((l) => l.startsWith(`| \`${name}\` |`));
-      expect(row, `README's metrics table has a row for ${name}`).toBeDefined();
+      expect(row, `docs/api.md's metrics table has a row for ${name}`).toBeDefined();
       expect(row).toContain(`| \`${unit}\` |`);
       for (const p of m.dataPoints) {
         for (const [key, value] of Object.entries(p.attributes)) {

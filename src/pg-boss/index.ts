@@ -68,10 +68,7 @@ export interface BossWorkOptions {
  *
  * @example
  * ```ts fragment
- * // A PgBoss instance (pg-boss 10, 11 or 12) is a BossLike:
- * // import PgBoss from 'pg-boss' (10 and 11), import { PgBoss } from 'pg-boss' (12)
- * const bossLike: BossLike = boss;
- * await workWithLock(bossLike, locker, 'orders', { key: (job) => job.id }, async () => 'done');
+ * const bossLike: BossLike = boss; // a PgBoss of pg-boss 10, 11 or 12
  * ```
  */
 export interface BossLike {
@@ -158,11 +155,8 @@ function afterBounce(retryCount: unknown, retryLimit: unknown): string {
  *
  * @example
  * ```ts fragment
- * await workWithLock<{ orderId: string }>(boss, locker, 'orders',
- *   { key: (job) => `order:${job.data.orderId}`, fencing: true, waitMs: 30_000 },
- *   async (job, lock) => {
- *     await fencedUpdate(pool, { table: 'orders', set: { status: 'paid' }, where: { id: Number(job.data.orderId) }, token: lock.token });
- *   });
+ * await workWithLock<{ orderId: number }>(boss, locker, 'orders', { key: (job) => `order:${job.data.orderId}`, fencing: true },
+ *   (job, lock) => fencedUpdate(pool, { table: 'orders', set: { status: 'paid' }, where: { id: job.data.orderId }, token: lock.token }));
  * ```
  */
 export async function workWithLock<T = object>(
