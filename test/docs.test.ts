@@ -22,6 +22,8 @@ const kinds = (lang: string, ...flags: string[]) => all.filter((b) => b.lang ===
 /** The info strings a block may carry (CONTRIBUTING.md): anything else is a mistake the test names. */
 const KNOWN = new Set(['ts', 'ts fragment', 'js', 'js run', 'sql psql', 'sql psql twice', 'sql fragment', 'sh', 'python fragment', 'go fragment', 'json', 'text', 'text output']);
 const info = (b: CodeBlock) => [b.lang, ...b.flags].join(' ');
+/** A block that shows a file of the repository (`python file=examples/x.py`): the file's own test runs it. */
+const fileOf = (b: CodeBlock) => b.flags.find((f) => f.startsWith('file='))?.slice('file='.length);
 
 let scratch: string;
 beforeAll(async () => {
@@ -43,7 +45,13 @@ describe('documentation code blocks', () => {
   });
 
   it('each say what they are: a known info string', () => {
-    expect(all.filter((b) => !KNOWN.has(info(b))).map((b) => `${b.where}: \`\`\`${info(b)}`)).toEqual([]);
+    expect(all.filter((b) => !KNOWN.has(info(b)) && !(fileOf(b) && b.flags.length === 1)).map((b) => `${b.where}: \`\`\`${info(b)}`)).toEqual([]);
+  });
+
+  it('`<lang> file=<path>` blocks show that file as it is (the file runs in its own test)', () => {
+    const shown = all.filter((b) => fileOf(b) !== undefined);
+    const stale = shown.filter((b) => !existsSync(join(root, fileOf(b)!)) || readFileSync(join(root, fileOf(b)!), 'utf8').trimEnd() !== b.code.trimEnd());
+    expect(stale.map((b) => `${b.where}: differs from ${fileOf(b)}`)).toEqual([]);
   });
 
   it('TypeScript blocks and fragments (with the source @examples) type-check against the built package', async () => {
@@ -129,7 +137,8 @@ describe('documentation code blocks', () => {
     try {
       await client.query(`CREATE TABLE invoices (id int PRIMARY KEY, status text, fencing_token bigint);
         CREATE TABLE orders (id int PRIMARY KEY, status text, state text, fencing_token bigint);
-        CREATE TABLE counters (id int PRIMARY KEY, n int, fencing_token bigint)`);
+        CREATE TABLE counters (id int PRIMARY KEY, n int, fencing_token bigint);
+        CREATE TABLE example_invoices (id int PRIMARY KEY, status text, fencing_token bigint)`);
       for (const block of blocks) {
         const names: string[] = [];
         // $token, $id: parameters, numbered by first appearance.
