@@ -1,4 +1,4 @@
-// Kysely: a transaction lock with a fencing token, and a guarded update builder.
+// Kysely: a transaction lock with a fencing token, and a guarded update builder that says why it was refused.
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import { migrate } from 'pgfence';
@@ -16,16 +16,16 @@ async function withdraw(amount) {
     const r = await fenced(
       trx.updateTable('example_accounts').set((eb) => ({ balance: eb('balance', '-', amount) })).where('id', '=', 1),
       lock.token,
-    ).executeTakeFirst();
-    console.log(`withdraw ${amount} with token ${lock.token}: ${r.numUpdatedRows} row updated`);
+    ).execute();
+    console.log(`withdraw ${amount} with token ${lock.token}: ${r.written} row updated`);
     return lock.token;
   });
 }
 const first = await withdraw(10);
 await withdraw(5);
 // A late writer still holding the first token (say, a retried request) changes nothing:
-const stale = await fenced(db.updateTable('example_accounts').set({ balance: 0 }).where('id', '=', 1), first).executeTakeFirst();
-console.log(`update with the older token ${first}: ${stale.numUpdatedRows} rows updated`);
+const stale = await fenced(db.updateTable('example_accounts').set({ balance: 0 }).where('id', '=', 1), first).execute();
+console.log(`update with the older token ${first}: ${stale.written} rows updated (${stale.reason}: token ${stale.currentToken} wrote it)`);
 const { rows } = await sql`SELECT balance FROM example_accounts WHERE id = 1`.execute(db);
 console.log(`balance: ${rows[0].balance}`); // 85
 await db.destroy();

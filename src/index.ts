@@ -22,7 +22,7 @@ export {
 } from './core/index.js';
 export { PGFENCE_ERROR_CODES } from './core/index.js';
 export type { PgfenceErrorCode } from './core/index.js';
-export type { LockKind, LockLostReason, LockMode } from './core/index.js';
+export type { LockEventInfo, LockKind, LockLostReason, LockMode } from './core/index.js';
 export type { Logger } from './observe/index.js';
 export type { Meter } from './observe/index.js';
 export type {
@@ -46,4 +46,4 @@ export type { LeaseHandle } from './lease/index.js';
 export type { DemotedEvent, DemotionReason, ElectedEvent, LeaderElection, LeaderEvents, WhenElectedOptions } from './lease/index.js';
 export { migrate } from './migrate/index.js';
 export type { MigrateOptions, MigrateResult } from './migrate/index.js';
-export type { LeaseEntry, LockEntry, LockReport } from './observe/index.js';
+export type { LeaseEntry, LockEntry, LockReport, ReplicationReport, StandbyEntry } from './observe/index.js';

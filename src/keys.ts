@@ -11,7 +11,7 @@ export interface LockTarget {
   readonly name: string | null;
 }
 
-export const MAX_NAME_BYTES = 1024;
+const MAX_NAME_BYTES = 1024;
 const INT64_MIN = -(2n ** 63n);
 const INT64_MAX = 2n ** 63n - 1n;
 const encoder = new TextEncoder();
@@ -19,12 +19,18 @@ const encoder = new TextEncoder();
 export interface LockKeyOptions {
   namespace?: string;
 }
-export const LOCK_KEY_OPTION_KEYS = optionKeys<LockKeyOptions>({ namespace: true });
+const LOCK_KEY_OPTION_KEYS = optionKeys<LockKeyOptions>({ namespace: true });
 
 /**
  * The int64 advisory-lock key of a name: the first 64-bit word of MurmurHash3_x64_128 over the
  * UTF-8 bytes (namespace ‖ 0x00 ‖ name when namespaced), seed 0, read as signed.
  * Stable forever: other languages reproduce it from test/vectors/keys.json.
+ *
+ * @example
+ * ```ts fragment
+ * lockKey('order:123'); // -2046217617591970219n, as pgfence.lock_key('order:123') in SQL
+ * lockKey('order:123', { namespace: 'app' }); // 4553773078218211980n
+ * ```
  */
 export function lockKey(name: string, opts?: LockKeyOptions): bigint {
   const namespace = opts === undefined ? undefined : optionsObject<LockKeyOptions>(opts, 'lockKey options', LOCK_KEY_OPTION_KEYS).namespace;
@@ -92,7 +98,7 @@ export function resolveLock(name: unknown, namespace?: string, argument = 'name'
 }
 
 /** An explicit key: a bigint in the signed int64 range, or a safe integer number. */
-export function toKey(value: unknown, argument = 'key'): bigint {
+function toKey(value: unknown, argument = 'key'): bigint {
   if (typeof value === 'bigint') {
     if (value < INT64_MIN || value > INT64_MAX) {
       throw new InvalidArgumentError(argument, `key ${value} is outside the signed int64 range`);

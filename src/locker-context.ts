@@ -1,8 +1,8 @@
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
-import { heldInCallback, type LockBudget, runHolding } from './advisory/index.js';
+import { type LockBudget, nestingConflict, runHolding } from './advisory/index.js';
 import type { LockerContext } from './locker-parts.js';
-import { LockerClosedError, type LockHandle, NestedLockError } from './core/index.js';
+import { LockerClosedError, type LockHandle, type LockKind, NestedLockError } from './core/index.js';
 import type { LockTarget } from './keys.js';
 import type { ResolvedLockerOptions } from './locker-options.js';
 import type { Logger, NameRegistry } from './observe/index.js';
@@ -36,10 +36,13 @@ export class PgLockerContext implements LockerContext {
     return this.source.refusal;
   }
 
-  checkNesting(target: LockTarget, allowNested: unknown, kind: 'lock' | 'lease' | 'semaphore'): void {
+  checkNesting(target: LockTarget, allowNested: unknown, kind: 'lock' | 'lease' | 'semaphore', timeoutMs: number): void {
     if (booleanOption(allowNested, 'allowNested', false)) return;
-    const outer = heldInCallback(this.owner);
-    if (outer) throw new NestedLockError(target.name, target.key, outer.handle.name, outer.handle.key, { kind, context: outer.context });
+    const outer = nestingConflict(this.owner, kind, timeoutMs !== 0);
+    if (outer) {
+      const heldKind = (outer.handle as { kind?: LockKind }).kind;
+      throw new NestedLockError(target.name, target.key, outer.handle.name, outer.handle.key, { kind, heldKind, context: outer.context });
+    }
   }
 
   checkBudget(target: LockTarget, count?: number): void {

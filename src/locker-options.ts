@@ -8,7 +8,8 @@ export interface LockerOptions {
   /**
    * A PostgreSQL URL or libpq keyword/value settings; the locker builds its own pool from it. Several
    * hosts (`postgresql://h1:5432,h2:5432/db?target_session_attrs=read-write`) send every new
-   * connection to the current primary.
+   * connection to the current primary. What it leaves out comes from the PG* environment; without it
+   * (and without `pool`), the PG* environment says where the database is, as for node-postgres and psql.
    */
   connectionString?: string;
   /** Or a pool to pin the locker's connections from, for the locker's lifetime. */
@@ -38,7 +39,7 @@ export interface LockerOptions {
   /** An @opentelemetry/api Meter. */
   meter?: Meter;
 }
-export const LOCKER_OPTION_KEYS = optionKeys<LockerOptions>({
+const LOCKER_OPTION_KEYS = optionKeys<LockerOptions>({
   connectionString: true,
   pool: true,
   directConnectionString: true,
@@ -68,10 +69,11 @@ export interface ResolvedLockerOptions {
   meter: Meter | undefined;
 }
 
-export function resolveLockerOptions(options: LockerOptions): ResolvedLockerOptions {
+export function resolveLockerOptions(options: LockerOptions | undefined): ResolvedLockerOptions {
   const o = optionsObject<LockerOptions>(options, 'createLocker options', LOCKER_OPTION_KEYS);
-  if ((o.connectionString === undefined) === (o.pool === undefined)) {
-    throw new InvalidArgumentError('createLocker options', 'pass exactly one of connectionString or pool');
+  // Neither: the PG* environment (PGHOST, PGUSER, PGDATABASE, ...), as node-postgres and psql read it.
+  if (o.connectionString !== undefined && o.pool !== undefined) {
+    throw new InvalidArgumentError('createLocker options', 'pass connectionString or pool, not both (or neither, for the PG* environment)');
   }
   if (o.connectionString !== undefined && (typeof o.connectionString !== 'string' || o.connectionString.trim() === '')) {
     // node-postgres would quietly fall back to localhost and the PG* environment for a blank one.

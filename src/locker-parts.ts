@@ -17,8 +17,8 @@ export interface LockerContext {
   readonly logger: Logger;
   /** Why pinned sessions are refused (a transaction pooler), once known; null while they are not. */
   readonly refusal: Error | null;
-  /** Throws NestedLockError inside a callback of this locker that holds a lock, unless allowNested. */
-  checkNesting(target: LockTarget, allowNested: unknown, kind: 'lock' | 'lease' | 'semaphore'): void;
+  /** Throws NestedLockError for a request that would wait inside a callback where the nesting rules forbid it, unless allowNested. */
+  checkNesting(target: LockTarget, allowNested: unknown, kind: 'lock' | 'lease' | 'semaphore', timeoutMs: number): void;
   /** Throws LockBudgetError when `count` more advisory locks would pass maxHeldLocks. */
   checkBudget(target: LockTarget, count?: number): void;
   /** Throws LockerClosedError once close() was called. */
@@ -35,7 +35,7 @@ export interface LockerContext {
  * One kind of lock a locker offers (session locks, leases, semaphores), as the locker sees it. The
  * locker keeps a list of parts and tells each the same facts in turn, rather than wiring each by hand.
  */
-export interface LockerPart {
+interface LockerPart {
   /** Locks of this part held now. */
   readonly held: number;
   /** Requests of this part waiting now. */

@@ -1,27 +1,67 @@
 import { EventEmitter } from 'node:events';
-import { ACQUIRE_OPTION_KEYS, acquireAll, type AcquireOptions, acquireRequest, type AcquireRequest, AdvisoryLockManager, type CompositeLockHandle, type FencedAcquireOptions, leaderGuardRequest, LockBudget, openSemaphore, type Semaphore, SemaphoreManager, type SemaphoreOptions, sessionLockStatements, tryAcquireRequest, warmGuardSql } from './advisory/index.js';
+import { acquireAll, type AcquireOptions, acquireRequest, type AcquireRequest, AdvisoryLockManager, type CompositeLockHandle, type FencedAcquireOptions, leaderGuardRequest, LockBudget, openSemaphore, type Semaphore, SemaphoreManager, type SemaphoreOptions, sessionLockStatements, tryAcquireRequest, warmGuardSql } from './advisory/index.js';
 import type { FencedLockHandle, LockHandle } from './core/index.js';
 import { LockerParts } from './locker-parts.js';
 import { resolveLock, type LockName } from './keys.js';
-import { LEADER_OPTION_KEYS, LeaderCampaign, type LeaderElection, LEASE_OPTION_KEYS, type LeaseHandle, LeaseManager, type LeaseOptions, leaseRequest, startCampaign, tryLeaseRequest } from './lease/index.js';
-import { LOCKER_OPTION_KEYS, resolveLockerOptions, type LockerOptions } from './locker-options.js';
+import { LeaderCampaign, type LeaderElection, type LeaseHandle, LeaseManager, type LeaseOptions, leaseRequest, startCampaign, tryLeaseRequest } from './lease/index.js';
+import { resolveLockerOptions, type LockerOptions } from './locker-options.js';
 import { PgLockerContext } from './locker-context.js';
 import { inspectDatabase, type LockerEvents, type LockerStats, type LockReport, NameRegistry, Observer, type OwnLocks, reportBounce } from './observe/index.js';
 import { callback } from './options.js';
 import { ConnectionSource, deadClientBounds, PinnedSessionSettings, ReleaseListener, SessionPool } from './session/index.js';
 
-// Each kind of lock parses its own options; they are named here too, where they always were.
-export { ACQUIRE_OPTION_KEYS, LEADER_OPTION_KEYS, LEASE_OPTION_KEYS, LOCKER_OPTION_KEYS };
 export type { AcquireOptions, FencedAcquireOptions, LeaseOptions, LockerOptions };
 
 /** A locker: its events ('acquired', 'released', 'timeout', 'lost', 'contention', 'bounce') are typed by LockerEvents. */
 export interface Locker extends EventEmitter<LockerEvents> {
+  /**
+   * A session lock: waits up to `timeoutMs` (default the locker's `defaultTimeoutMs`, 10 s), then
+   * rejects with LockTimeoutError. With `fencing: true` the handle carries a fencing token.
+   *
+   * @example
+   * ```ts fragment
+   * const lock = await locker.acquire('order:123', { timeoutMs: 5000, fencing: true });
+   * console.log(lock.token); // a bigint, greater than every earlier holder's
+   * await lock.release();
+   * ```
+   */
   acquire(name: LockName, opts: FencedAcquireOptions): Promise<FencedLockHandle>;
   acquire(name: LockName, opts?: AcquireOptions): Promise<LockHandle>;
+  /**
+   * One attempt at a session lock: null when it is held elsewhere (a try never waits, so it may be
+   * taken inside any callback).
+   *
+   * @example
+   * ```ts fragment
+   * const lock = await locker.tryAcquire('cron:cleanup');
+   * if (lock) await lock.release();
+   * ```
+   */
   tryAcquire(name: LockName, opts: Omit<FencedAcquireOptions, 'timeoutMs'>): Promise<FencedLockHandle | null>;
   tryAcquire(name: LockName, opts?: Omit<AcquireOptions, 'timeoutMs'>): Promise<LockHandle | null>;
+  /**
+   * Runs `fn` holding a session lock, and releases it when `fn` settles (also when it throws).
+   *
+   * @example
+   * ```ts fragment
+   * const charged = await locker.withLock('order:123', async (lock) => {
+   *   lock.signal.throwIfAborted(); // aborts the moment the lock is lost
+   *   return 'charged';
+   * }, { timeoutMs: 5000 });
+   * ```
+   */
   withLock<T>(name: LockName, fn: (handle: FencedLockHandle) => Promise<T>, opts: FencedAcquireOptions): Promise<T>;
   withLock<T>(name: LockName, fn: (handle: LockHandle) => Promise<T>, opts?: AcquireOptions): Promise<T>;
+  /**
+   * Runs `fn` holding a session lock if it is free now; `{ acquired: false }` without running it when
+   * the lock is held elsewhere.
+   *
+   * @example
+   * ```ts fragment
+   * const r = await locker.tryWithLock('cron:nightly-report', async () => 'built');
+   * if (!r.acquired) console.log('another instance is on it');
+   * ```
+   */
   tryWithLock<T>(
     name: LockName,
     fn: (handle: FencedLockHandle) => Promise<T>,
@@ -32,19 +72,136 @@ export interface Locker extends EventEmitter<LockerEvents> {
     fn: (handle: LockHandle) => Promise<T>,
     opts?: Omit<AcquireOptions, 'timeoutMs'>,
   ): Promise<{ acquired: true; value: T } | { acquired: false }>;
+  /**
+   * Several session locks, all or nothing, taken in one canonical order (callers never deadlock on
+   * each other); one handle releases them all.
+   *
+   * @example
+   * ```ts fragment
+   * const all = await locker.acquireAll(['account:1', 'account:2'], { timeoutMs: 5000 });
+   * await all.release(); // all.handles: one per name
+   * ```
+   */
   acquireAll(names: LockName[], opts?: AcquireOptions): Promise<LockHandle & { readonly handles: readonly LockHandle[] }>;
+  /**
+   * A table-backed lease with a TTL on the database clock, renewed automatically (every `ttlMs / 3`);
+   * waits up to `timeoutMs`. Its token fences writes.
+   *
+   * @example
+   * ```ts fragment
+   * const lease = await locker.lease('nightly-report', { ttlMs: 30_000, data: { host: 'worker-1' } });
+   * await fencedUpdate(pool, { table: 'orders', set: { status: 'paid' }, where: { id: 1 }, token: lease.token });
+   * await lease.release();
+   * ```
+   */
   lease<D = unknown>(name: LockName, opts?: LeaseOptions<D>): Promise<LeaseHandle<D>>;
+  /**
+   * One attempt at a lease: null when it is held (by this or another process).
+   *
+   * @example
+   * ```ts fragment
+   * const lease = await locker.tryLease('report', { minHoldMs: 30_000 }); // a cron singleton
+   * if (lease) try { await buildReport(lease.token); } finally { await lease.release(); }
+   * ```
+   */
   tryLease<D = unknown>(name: LockName, opts?: Omit<LeaseOptions<D>, 'timeoutMs'>): Promise<LeaseHandle<D> | null>;
+  /**
+   * Runs `fn` holding a lease, and releases it when `fn` settles.
+   *
+   * @example
+   * ```ts fragment
+   * await locker.withLease('sync', async (lease) => {
+   *   // ... long work; lease.signal aborts at the holder's own deadline, before anyone else can take it
+   *   lease.signal.throwIfAborted();
+   * }, { ttlMs: 60_000 });
+   * ```
+   */
   withLease<T, D = unknown>(name: LockName, fn: (handle: LeaseHandle<D>) => Promise<T>, opts?: LeaseOptions<D>): Promise<T>;
+  /**
+   * Runs `fn` holding a lease if it is free now; `{ acquired: false }` without running it when the
+   * lease is held.
+   *
+   * @example
+   * ```ts fragment
+   * const r = await locker.tryWithLease('nightly-report', async (lease) => lease.token);
+   * if (r.acquired) console.log(`ran with token ${r.value}`);
+   * ```
+   */
+  tryWithLease<T, D = unknown>(
+    name: LockName,
+    fn: (handle: LeaseHandle<D>) => Promise<T>,
+    opts?: Omit<LeaseOptions<D>, 'timeoutMs'>,
+  ): Promise<{ acquired: true; value: T } | { acquired: false }>;
+  /**
+   * A semaphore of `permits` slots shared by every process that opens it with the same name (and
+   * the same `permits`). Opening one does no I/O.
+   *
+   * @example
+   * ```ts fragment
+   * const vendor = locker.semaphore('vendor-api', { permits: 5 });
+   * await vendor.withPermit(() => callVendor(), { timeoutMs: 30_000 });
+   * ```
+   */
   semaphore(name: LockName, opts: SemaphoreOptions): Semaphore;
+  /**
+   * Campaigns for leadership of `name` until resigned or closed: 'elected' and 'demoted' events, the
+   * term's epoch (its lease's fencing token).
+   *
+   * @example
+   * ```ts fragment
+   * const election = locker.leader('scheduler', { ttlMs: 10_000 });
+   * election.on('elected', ({ epoch }) => console.log(`leading, epoch ${epoch}`));
+   * await election.whenElected();
+   * ```
+   */
   leader(name: LockName, opts?: Omit<LeaseOptions, 'timeoutMs' | 'allowNested' | 'minHoldMs'>): LeaderElection;
-  /** Held and waiting locks across the whole database, with names, and the leases held now. */
+  /**
+   * Held and waiting locks across the whole database, with names, and the leases held now.
+   *
+   * @example
+   * ```ts fragment
+   * const report = await locker.inspect();
+   * for (const l of report.locks) console.log(l.name ?? `key ${l.key}`, l.state, l.pid);
+   * console.log(report.replication.synchronous);
+   * ```
+   */
   inspect(): Promise<LockReport>;
+  /**
+   * This locker's counters, and what it holds and waits for now. No I/O.
+   *
+   * @example
+   * ```ts fragment
+   * const { acquired, held, waiting, sessions } = locker.stats();
+   * ```
+   */
   stats(): LockerStats;
+  /**
+   * Releases everything this locker holds, fails its waiters with LockerClosedError, and ends its
+   * connections; resolves once every grant in flight has been given back.
+   *
+   * @example
+   * ```ts fragment
+   * process.once('SIGTERM', () => void locker.close());
+   * ```
+   */
   close(): Promise<void>;
 }
 
-export function createLocker(options: LockerOptions): Locker {
+/**
+ * A locker: the entry point for session locks, leases, semaphores and leader election. Opens no
+ * connection until first used. With neither `connectionString` nor `pool`, the PG* environment
+ * (PGHOST, PGUSER, PGDATABASE, ...) says where the database is, as for node-postgres and psql.
+ *
+ * @example
+ * ```ts fragment
+ * const locker = createLocker({ connectionString: process.env.DATABASE_URL, namespace: 'billing' });
+ * await locker.withLock('invoice:42', async () => {
+ *   // ...
+ * });
+ * await locker.close();
+ * ```
+ */
+export function createLocker(options?: LockerOptions): Locker {
   return new PgLocker(options);
 }
 
@@ -66,7 +223,7 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
   private readonly observer: Observer;
   private closing: Promise<void> | null = null;
 
-  constructor(options: LockerOptions) {
+  constructor(options: LockerOptions | undefined) {
     super();
     const opts = resolveLockerOptions(options);
     const { keepaliveMs, deadlineMs, logger } = opts;
@@ -174,6 +331,17 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
     callback(fn, 'fn');
     const handle = await this.lease(name, opts);
     return this.ctx.runHolding(handle, fn);
+  }
+
+  async tryWithLease<T, D = unknown>(
+    name: LockName,
+    fn: (handle: LeaseHandle<D>) => Promise<T>,
+    opts?: Omit<LeaseOptions<D>, 'timeoutMs'>,
+  ): Promise<{ acquired: true; value: T } | { acquired: false }> {
+    callback(fn, 'fn');
+    const handle = await this.tryLease(name, opts);
+    if (!handle) return { acquired: false };
+    return { acquired: true, value: await this.ctx.runHolding(handle, fn) };
   }
 
   semaphore(name: LockName, opts: SemaphoreOptions): Semaphore {

@@ -6,7 +6,7 @@ import { describeType, InvalidArgumentError } from './core/index.js';
  * The option names one call accepts, listed next to its options interface. Built from a record with
  * every key of T (optional ones too), so the compiler flags a list that misses or invents an option.
  */
-export type OptionKeys<T> = readonly (keyof T & string)[];
+type OptionKeys<T> = readonly (keyof T & string)[];
 export function optionKeys<T extends object>(keys: { readonly [K in keyof Required<T>]: true }): OptionKeys<T> {
   return Object.freeze(Object.keys(keys)) as OptionKeys<T>;
 }
@@ -38,7 +38,7 @@ function unknownOption(key: string, argument: string, known: readonly string[]):
 }
 
 /** The known key nearest to `key` by edit distance (case-insensitive), if near enough to be a typo. */
-export function closestKey(key: string, known: readonly string[]): string | null {
+function closestKey(key: string, known: readonly string[]): string | null {
   const k = key.toLowerCase();
   let best: string | null = null;
   let bestDistance = Infinity;

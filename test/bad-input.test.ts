@@ -55,8 +55,6 @@ const badTimeouts: unknown[] = [-1, NaN, -Infinity, '100', null, 1e30, {}];
 
 describe('createLocker', () => {
   it.each<[string, unknown]>([
-    ['no options', undefined],
-    ['neither url nor pool', {}],
     ['both url and pool', { connectionString: 'postgres://x', pool: new pg.Pool() }],
     ['empty url', { connectionString: '' }],
     ['blank url', { connectionString: ' \n\t' }],

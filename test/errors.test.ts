@@ -9,6 +9,7 @@ import {
   fencingColumnSql,
   InvalidArgumentError,
   LockerClosedError,
+  xactLock,
   LockUnavailableError,
   NestedLockError,
   PgfenceError,
@@ -110,31 +111,92 @@ describe('an unreachable database', () => {
   });
 });
 
+describe('a timeout names the fix for the kind at hand', () => {
+  it('a lock, a lease, a permit, acquireAll and a transaction lock each name their own try', async () => {
+    const holder = open();
+    const locker = open();
+    await holder.acquire('timeout:lock');
+    await holder.lease('timeout:lease');
+    const sem = holder.semaphore('timeout:sem', { permits: 1 });
+    await sem.acquire();
+    const messageOf = async (p: Promise<unknown>) => {
+      const err = await rejection(p);
+      expect(err).toMatchObject({ name: 'LockTimeoutError', code: 'PGFENCE_LOCK_TIMEOUT' });
+      return err as { message: string; kind: string };
+    };
+    const lock = await messageOf(locker.acquire('timeout:lock', { timeoutMs: 0 }));
+    expect(lock.message).toMatch(/^lock "timeout:lock" .* not acquired within 0 ms; raise timeoutMs, or use tryAcquire\(\) or tryWithLock\(\)/);
+    expect(lock.kind).toBe('lock');
+    const lease = await messageOf(locker.withLease('timeout:lease', async () => 1, { timeoutMs: 0 }));
+    expect(lease.message).toMatch(/^lease "timeout:lease" .* use tryLease\(\) or tryWithLease\(\)/);
+    expect(lease.kind).toBe('lease');
+    const permit = await messageOf(locker.semaphore('timeout:sem', { permits: 1 }).acquire({ timeoutMs: 0 }));
+    expect(permit.message).toMatch(/^a permit of semaphore "timeout:sem" .* use the semaphore's tryAcquire\(\)/);
+    expect(permit.kind).toBe('semaphore');
+    const all = await messageOf(locker.acquireAll(['timeout:free', 'timeout:lock'], { timeoutMs: 0 }));
+    expect(all.message).toMatch(/^lock "timeout:lock" .* within 0 ms; raise timeoutMs$/);
+    // A transaction lock: busy while the holder's session lock on the name is held.
+    const other = new pg.Client({ connectionString: db.url });
+    await other.connect();
+    try {
+      await other.query('BEGIN');
+      const xact = await messageOf(xactLock(other, 'timeout:lock', { timeoutMs: 0 }));
+      expect(xact.message).toMatch(/^transaction lock "timeout:lock" .* use tryXactLock\(\)/);
+      expect(xact.kind).toBe('xact');
+    } finally {
+      await other.end();
+    }
+  });
+});
+
 describe('nested locks', () => {
   let locker: Locker;
   beforeAll(() => {
     locker = open();
   });
 
-  it('a permit inside a lock callback: the message names the permit and both fixes that apply to it', async () => {
+  it('a permit inside a lock or a lease callback is granted: a permit is a leaf', async () => {
     const sem = locker.semaphore('nested:sem', { permits: 2 });
-    const err = await rejection(locker.withLock('nested:outer', () => sem.acquire()));
-    expect(err).toBeInstanceOf(NestedLockError);
-    const message = (err as Error).message;
-    expect(message).toMatch(/^a permit of semaphore "nested:sem" .* was requested inside a callback, which holds "nested:outer"/);
-    expect(message).toMatch(/\{ allowNested: true \}/);
-    expect(message).toMatch(/take the permit outside it/);
+    await expect(locker.withLock('nested:outer', () => sem.withPermit(async () => 'in a lock'))).resolves.toBe('in a lock');
+    await expect(locker.withLease('nested:outer-lease', () => sem.withPermit(async () => 'in a lease'))).resolves.toBe('in a lease');
+    await expect(locker.withLock('nested:outer', async () => (await sem.acquire()).release())).resolves.toBe(true);
+  });
+
+  it("nothing waits inside a permit's callback: a lock, a lease or another permit there is refused, naming the fixes", async () => {
+    const sem = locker.semaphore('nested:leaf', { permits: 2 });
+    const other = locker.semaphore('nested:other', { permits: 2 });
+    const permit = await rejection(sem.withPermit(() => other.acquire()));
+    expect(permit).toBeInstanceOf(NestedLockError);
+    const message = (permit as Error).message;
+    expect(message).toMatch(/^a permit of semaphore "nested:other" .* was requested inside a callback, which holds a permit of semaphore "nested:leaf"; /);
+    expect(message).toMatch(/take the permit outside it, or use the semaphore's tryAcquire\(\) .* or pass \{ allowNested: true \} to the inner call/);
     // acquireAll cannot take a permit: it is not offered as the fix.
     expect(message).not.toMatch(/acquireAll/);
+    const lock = await rejection(sem.withPermit(() => locker.acquire('nested:in-permit')));
+    expect((lock as Error).message).toMatch(/^lock "nested:in-permit" .* which holds a permit of semaphore "nested:leaf"; .* take both with acquireAll\(\)/);
+    expect(await rejection(sem.withPermit(() => locker.lease('nested:in-permit')))).toBeInstanceOf(NestedLockError);
     // The fix works.
-    await expect(locker.withLock('nested:outer', () => sem.withPermit(async () => 'ok', { allowNested: true }))).resolves.toBe('ok');
+    await expect(sem.withPermit(() => other.withPermit(async () => 'ok', { allowNested: true }))).resolves.toBe('ok');
   });
 
   it('a lease inside a lock callback, and a lock inside a lock callback', async () => {
     const lease = await rejection(locker.withLock('nested:outer2', () => locker.lease('nested:lease')));
-    expect((lease as Error).message).toMatch(/^lease "nested:lease" .* take the lease outside it/);
-    const lock = await rejection(locker.withLock('nested:outer3', () => locker.acquire('nested:inner')));
-    expect((lock as Error).message).toMatch(/^lock "nested:inner" .* take both with acquireAll\(\)/);
+    expect((lease as Error).message).toMatch(/^lease "nested:lease" .* which holds lock "nested:outer2" .* take the lease outside it, or use tryLease\(\)/);
+    const lock = await rejection(locker.withLease('nested:outer3', () => locker.acquire('nested:inner')));
+    expect((lock as Error).message).toMatch(/^lock "nested:inner" .* which holds lease "nested:outer3" .* take both with acquireAll\(\), or use tryAcquire\(\)/);
+  });
+
+  it('a request that does not wait (a try, or timeoutMs 0) is allowed inside any callback: it cannot close a cycle', async () => {
+    const sem = locker.semaphore('nested:try', { permits: 1 });
+    const got = await locker.withLock('nested:try-outer', async () => [
+      await locker.tryAcquire('nested:try-lock'),
+      await locker.tryLease('nested:try-lease'),
+      await locker.acquire('nested:try-zero', { timeoutMs: 0 }),
+    ]);
+    expect(got.map((h) => h?.name)).toEqual(['nested:try-lock', 'nested:try-lease', 'nested:try-zero']);
+    await Promise.all(got.map((h) => h!.release()));
+    const inPermit = await sem.withPermit(async () => locker.tryWithLock('nested:try-lock', async () => 'ran'));
+    expect(inPermit).toEqual({ acquired: true, value: 'ran' });
   });
 });
 

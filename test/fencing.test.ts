@@ -213,7 +213,7 @@ describe('a fenced read-modify-write', () => {
   it('loses none when each holder claims the row with its token before reading it (fencedClaim)', async () => {
     await reset();
     const claimA = await fencedClaim<{ id: number; n: number }>(pool, { table: 'counters', where: { id: 1 }, token: A });
-    expect(claimA).toEqual({ claimed: true, rows: [{ id: 1, n: 0, fencing_token: '1' }], refused: 0 });
+    expect(claimA).toEqual({ claimed: true, rows: [{ id: 1, n: 0, fencing_token: 1n }], refused: 0 });
     const claimB = await fencedClaim<{ id: number; n: number }>(pool, { table: 'counters', where: { id: 1 }, token: B });
     expect(claimB.claimed).toBe(true);
     const writeA = await increment(claimA.rows[0]!.n, A); // B's claim stamped token 2: refused
@@ -280,7 +280,7 @@ describe('a fenced read-modify-write', () => {
       expect(await fencedClaim(pool, { table, where: { id: 1 }, token: 4n })).toMatchObject({ claimed: false, refused: 1, currentToken: 5n });
       expect(await fencedClaim(pool, { table, where: { id: 2 }, token: 4n })).toEqual({
         claimed: true,
-        rows: [{ id: 2, n: 0, fencing_token: '4' }],
+        rows: [{ id: 2, n: 0, fencing_token: 4n }],
         refused: 0,
       });
     }

@@ -152,6 +152,19 @@ describe('leases', () => {
     expect(again).not.toBeNull();
     await again!.release();
   });
+
+  it('tryWithLease runs the callback when the lease is free and releases after it; reports a held lease without running it', async () => {
+    const locker = open();
+    const other = open();
+    expect(await locker.tryWithLease('lease:trywith', async (h) => typeof h.token)).toEqual({ acquired: true, value: 'bigint' });
+    const held = await other.lease('lease:trywith');
+    let ran = false;
+    expect(await locker.tryWithLease('lease:trywith', async () => (ran = true))).toEqual({ acquired: false });
+    expect(ran).toBe(false);
+    await held.release();
+    expect(await locker.tryWithLease('lease:trywith', async (h) => (await h.release()) === true)).toEqual({ acquired: true, value: true });
+    await expect(locker.tryWithLease('lease:trywith', async () => 1, { timeoutMs: 10 } as never)).rejects.toBeInstanceOf(InvalidArgumentError);
+  });
 });
 
 describe('leases and the client wall clock', () => {

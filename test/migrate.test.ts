@@ -347,10 +347,8 @@ describe('runMigrations() over fixture folders', () => {
 
 describe('migrate() arguments', () => {
   it.each([
-    ['no options', undefined],
     ['null', null],
     ['an array', []],
-    ['an empty object', {}],
     ['an empty connection string', { connectionString: '' }],
     ['a blank connection string', { connectionString: '  ' }],
     ['a number as connection string', { connectionString: 5432 }],

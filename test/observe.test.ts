@@ -1,6 +1,8 @@
-import { spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { once } from 'node:events';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import {
   AggregationTemporality,
   InMemoryMetricExporter,
@@ -14,6 +16,8 @@ import { appName, eventually, killBackends, track, useMigratedDatabase } from '.
 import { withTimeout } from './support/server.js';
 
 let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
+const execFileAsync = promisify(execFile);
+const root = fileURLToPath(new URL('..', import.meta.url));
 
 beforeAll(async () => {
   db = await useMigratedDatabase('observe');
@@ -59,15 +63,15 @@ describe('metrics', () => {
     expect(sum('pgfence.lock.hold')).toBe(3); // one release and two losses
     expect(metrics.get('pgfence.lock.held')!.dataPoints[0]!.value).toBe(0);
 
-    // Every instrument has a unit, and README's table documents it with its unit and every attribute
+    // Every instrument has a unit, and docs/api.md's table documents it with its unit and every attribute
     // (and attribute value) it was recorded with.
-    const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
+    const readme = readFileSync(new URL('../docs/api.md', import.meta.url), 'utf8');
     expect(metrics.size).toBe(7);
     for (const [name, m] of metrics) {
       const unit = (m as unknown as { descriptor: { unit: string } }).descriptor.unit;
       expect(unit, `${name} has a unit`).toMatch(/^(ms|\{[a-z]+\})$/);
       const row = readme.split('\n').map((l) => l.trim()).find((l) => l.startsWith(`| \`${name}\` |`));
-      expect(row, `README's metrics table has a row for ${name}`).toBeDefined();
+      expect(row, `docs/api.md's metrics table has a row for ${name}`).toBeDefined();
       expect(row).toContain(`| \`${unit}\` |`);
       for (const p of m.dataPoints) {
         for (const [key, value] of Object.entries(p.attributes)) {
@@ -85,7 +89,7 @@ describe('logs', () => {
   it('logs every acquisition and release at debug with durations, timeouts and losses at warn', async () => {
     const entries: { level: string; msg?: string; obj: Record<string, unknown> }[] = [];
     const log = (level: string) => (obj: object, msg?: string) => entries.push({ level, msg, obj: obj as Record<string, unknown> });
-    const logger = { debug: log('debug'), info: log('info'), warn: log('warn'), error: log('error') };
+    const logger = { level: 'debug', debug: log('debug'), info: log('info'), warn: log('warn'), error: log('error') };
     const app = appName('logs');
     const locker = track(createLocker({ connectionString: db.urlWith({ application_name: app }), logger }));
     const other = track(createLocker({ connectionString: db.url }));
@@ -114,6 +118,48 @@ describe('logs', () => {
     expect(lostErr.stack).toContain('LockLostError');
     expect(h.signal.reason).toBeInstanceOf(LockLostError);
     expect(typeof (h.signal.reason as LockLostError).key).toBe('bigint'); // the thrown error is untouched
+  });
+
+  it("follows the logger's level: isLevelEnabled (asked at each line), else its level, else info and above", async () => {
+    const entries: { level: string; msg?: string }[] = [];
+    const log = (level: string) => (_obj: object, msg?: string) => void entries.push({ level, msg });
+    const methods = { debug: log('debug'), info: log('info'), warn: log('warn'), error: log('error') };
+    const cycle = async (logger: object, name: string) => {
+      entries.length = 0;
+      const locker = track(createLocker({ connectionString: db.url, logger: logger as never }));
+      await (await locker.acquire(name)).release();
+      return entries.filter((e) => e.msg === 'pgfence: acquired' || e.msg === 'pgfence: released').length;
+    };
+    expect(await cycle(methods, 'level:none')).toBe(0); // no level: info and above, as console
+    expect(await cycle({ ...methods, level: 'info' }, 'level:info')).toBe(0);
+    expect(await cycle({ ...methods, level: 'debug' }, 'level:debug')).toBe(2);
+    expect(await cycle({ ...methods, level: 'trace' }, 'level:trace')).toBe(2);
+    let current = 'warn';
+    const pinoLike = { ...methods, level: 'debug', isLevelEnabled: (level: string) => level === 'debug' ? current === 'debug' : true };
+    expect(await cycle(pinoLike, 'level:pino')).toBe(0); // isLevelEnabled wins over level
+    current = 'debug';
+    expect(await cycle(pinoLike, 'level:pino2')).toBe(2);
+    // Warnings reach a logger without a level.
+    entries.length = 0;
+    const quiet = track(createLocker({ connectionString: db.url, logger: methods }));
+    const other = track(createLocker({ connectionString: db.url }));
+    const held = await other.acquire('level:warn');
+    await expect(quiet.acquire('level:warn', { timeoutMs: 50 })).rejects.toBeInstanceOf(LockTimeoutError);
+    await held.release();
+    expect(entries).toEqual([{ level: 'warn', msg: 'pgfence: timed out waiting for lock' }]);
+  });
+
+  it('a plain console prints no line for an acquire and a release; { ...console, level: "debug" } does', async () => {
+    const script = (logger: string) => `
+      import { createLocker } from 'pgfence';
+      const locker = createLocker({ connectionString: process.env.DATABASE_URL, logger: ${logger} });
+      await (await locker.acquire('console:1')).release();
+      await locker.close();
+      console.log('done');`;
+    const run = async (logger: string) =>
+      (await execFileAsync(process.execPath, ['--input-type=module', '-e', script(logger)], { cwd: root, env: { ...process.env, DATABASE_URL: db.url }, timeout: 60_000 })).stdout;
+    expect(await run('console')).toBe('done\n');
+    expect(await run("{ ...console, level: 'debug' }")).toMatch(/pgfence: acquired[^]*pgfence: released[^]*done/);
   });
 });
 

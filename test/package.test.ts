@@ -1,10 +1,13 @@
 import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { cp, mkdir, mkdtemp, readFile, realpath, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, relative, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { useTestDatabase } from './support/db.js';
+import { markdownBlocks } from './support/doc-blocks.js';
 import { installedAtLeast, installedVersion } from './support/versions.js';
 
 const run = promisify(execFile);
@@ -115,7 +118,7 @@ import {
   createLocker, lockKey, xactLock, tryXactLock, fencedUpdate, fencingColumnSql, migrate, LockTimeoutError, PgfenceError,
   type LockHandle, type LeaseHandle, type Locker, type PgfenceErrorCode, type LockLostReason, type DemotionReason,
 } from 'pgfence';
-import { xactLock as kXactLock, fenced, pgfenceMigrations, addFencingColumn } from 'pgfence/kysely';
+import { xactLock as kXactLock, fenced, fencedClaim as kFencedClaim, fencedUpdate as kFencedUpdate, pgfenceMigrations, addFencingColumn } from 'pgfence/kysely';
 import { workWithLock, type BossLike, type JobStopReason } from 'pgfence/pg-boss';
 import { Kysely, PostgresDialect } from 'kysely';
 import { Migrator } from '${migratorFrom}';
@@ -148,7 +151,17 @@ async function use(client: pg.PoolClient): Promise<void> {
   const node: string = l.data.node;
   await db.transaction().execute(async (trx) => {
     const lock = await kXactLock(trx, 'order:1', { fencing: true });
-    await fenced(trx.updateTable('orders').set({ status: 'paid' }).where('id', '=', 1), lock.token).execute();
+    const guarded = await fenced(trx.updateTable('orders').set({ status: 'paid' }).where('id', '=', 1), lock.token).execute();
+    const why: 'stale' | 'missing' | undefined = guarded.reason;
+    // Kysely helpers typed from the database type: rows as selected, the fencing column a bigint.
+    const claim = await kFencedClaim(trx, { table: 'orders', where: { id: 1 }, token: lock.token });
+    const claimedToken: bigint | undefined = claim.rows[0]?.fencing_token;
+    const status: string | undefined = claim.rows[0]?.status;
+    // @ts-expect-error: not a table of the database
+    await kFencedUpdate(trx, { table: 'order', set: { status: 'paid' }, where: { id: 1 }, token: lock.token });
+    // @ts-expect-error: not a column of orders
+    await kFencedUpdate(trx, { table: 'orders', set: { state: 'paid' }, where: { id: 1 }, token: lock.token });
+    void [why, claimedToken, status];
   });
   await workWithLock<{ orderId: number }>(boss, locker, 'orders', { key: (job) => \`order:\${job.data.orderId}\`, fencing: true }, async (job, lock) => {
     job.signal.throwIfAborted();
@@ -246,6 +259,26 @@ describe('the packed package', () => {
     );
     expect(stdout.trim()).toBe('function function -2046217617591970219');
   });
+
+  it('a fresh project (npm init -y && npm install <tarball> pg) runs the README Quick start as written', async () => {
+    const app = join(work, 'app');
+    await mkdir(app);
+    await run('npm', ['init', '-y'], { cwd: app });
+    // pg at the version this repository installed: from npm's cache when it has it, else the registry.
+    const pgVersion = installedVersion('pg').join('.');
+    await run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', tarball, `pg@${pgVersion}`], { cwd: app, timeout: 180_000 });
+    const quickStart = markdownBlocks(root, 'README.md').find((b) => b.lang === 'js' && b.flags.includes('run'))!;
+    expect(quickStart.output).toBeDefined();
+    // As the README says: saved as quickstart.mjs, run with node, DATABASE_URL set (a fresh database).
+    await writeFile(join(app, 'quickstart.mjs'), quickStart.code);
+    const url = (await useTestDatabase('quickstart')).url;
+    const { stdout } = await run(process.execPath, ['quickstart.mjs'], { cwd: app, env: { ...process.env, DATABASE_URL: url }, timeout: 60_000 });
+    expect(stdout).toBe(quickStart.output);
+    // Only what the README's install line names came in: no optional peer, and pgfence without dependencies of its own.
+    const installed = JSON.parse(await readFile(join(app, 'package.json'), 'utf8')) as { dependencies: Record<string, string> };
+    expect(Object.keys(installed.dependencies).sort()).toEqual(['pg', 'pgfence']);
+    for (const optional of ['kysely', 'pg-boss', '@opentelemetry/api']) expect(existsSync(join(app, 'node_modules', optional)), optional).toBe(false);
+  }, 240_000);
 
   it("loads with require('pgfence') (Node >= 20.19 loads ES modules through require)", async () => {
     const [major, minor] = process.versions.node.split('.').map(Number) as [number, number];

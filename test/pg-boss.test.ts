@@ -380,22 +380,24 @@ describe('workWithLock', () => {
 });
 
 describe('workWithLock: errors that say what to do', () => {
-  it('a permit taken inside a handler is a NestedLockError that names the handler and the fix; the fix works', async () => {
+  it('a lease taken inside a handler is a NestedLockError that names the handler and the fix; the fix works; a permit needs no fix', async () => {
     const queue = 'nested';
     const boss = await startBoss();
     await boss.createQueue(queue, { retryLimit: 0 });
     const locker = openLocker();
     const sem = locker.semaphore('nested:pool', { permits: 2 });
     let allowed = false;
-    await workWithLock<Job>(boss, locker, queue, { key: (job) => job.data.key, workOptions: fast }, async () =>
-      sem.withPermit(async () => 'inside', { allowNested: allowed }),
-    );
+    await workWithLock<Job>(boss, locker, queue, { key: (job) => job.data.key, workOptions: fast }, async () => {
+      await sem.withPermit(async () => 'a permit is a leaf: granted inside the handler');
+      return locker.withLease('nested:lease', async () => 'inside', { allowNested: allowed });
+    });
     const [refused] = await sendAll(boss, queue, [{ key: 'nested:1', i: 0 }]);
     await eventually(async () => (await jobOf(boss, queue, refused!)).state === 'failed', 15_000, 'the job to fail');
     const { output } = await jobOf(boss, queue, refused!);
     expect(output).toMatchObject({ name: 'NestedLockError', code: 'PGFENCE_NESTED_LOCK' });
-    expect(output!.message).toMatch(/^a permit of semaphore "nested:pool" .* was requested inside a workWithLock handler, which holds "nested:1"/);
-    expect(output!.message).toMatch(/pass \{ allowNested: true \} to the inner call .* or take the permit outside it/);
+    // The permit was granted (a permit is a leaf); the lease is refused.
+    expect(output!.message).toMatch(/^lease "nested:lease" .* was requested inside a workWithLock handler, which holds lock "nested:1"/);
+    expect(output!.message).toMatch(/take the lease outside it, .* or pass \{ allowNested: true \} to the inner call/);
 
     allowed = true;
     const [ok] = await sendAll(boss, queue, [{ key: 'nested:1', i: 1 }]);

@@ -83,11 +83,11 @@ describe('semaphores', () => {
     await mine.release();
   });
 
-  it('refuses nesting inside a lock callback, and bad arguments', async () => {
+  it('refuses waiting for a lock inside a permit callback, and bad arguments', async () => {
     const locker = open();
     const sem = locker.semaphore('sem:nest', { permits: 3 });
-    await locker.withLock('sem:outer', async () => {
-      await expect(sem.acquire()).rejects.toBeInstanceOf(NestedLockError);
+    await sem.withPermit(async () => {
+      await expect(locker.acquire('sem:inner')).rejects.toBeInstanceOf(NestedLockError);
     });
     for (const permits of [0, -1, 1.5, NaN, '3', 10_001, undefined]) {
       expect(() => locker.semaphore('sem:bad', { permits } as never)).toThrow(InvalidArgumentError);

@@ -260,37 +260,85 @@ describe('xactLock on Kysely', () => {
   });
 });
 
+/** The tables of the guarded-write tests, as a Kysely database type (the fencing column as pg reads it: a string). */
+interface Guarded {
+  accounts: { id: number; balance: number; fencing_token: string | null };
+  parcels: { id: number; batch: number; state: string; fencing_token: string | null };
+  tallies: { id: number; n: number; fencing_token: string | null };
+  'public.tallies': { id: number; n: number; fencing_token: string | null };
+}
+
 describe('Kysely guarded writes', () => {
+  let gdb: Kysely<Guarded>;
   beforeAll(async () => {
+    gdb = kdb as unknown as Kysely<Guarded>;
     await pool.query(`CREATE TABLE accounts (id int PRIMARY KEY, balance int)`);
     await k.addFencingColumn(kdb, 'accounts', { enforce: true });
     await pool.query(`INSERT INTO accounts (id, balance) VALUES (1, 100)`);
   });
 
-  it('fenced() guards an update builder', async () => {
-    const kk = kdb as unknown as Kysely<{ accounts: { id: number; balance: number; fencing_token: string | null } }>;
-    const ok = await k.fenced(kk.updateTable('accounts').set({ balance: 90 }).where('id', '=', 1), 3n).executeTakeFirst();
-    expect(ok.numUpdatedRows).toBe(1n);
-    const stale = await k.fenced(kk.updateTable('accounts').set({ balance: 0 }).where('id', '=', 1), 2n).executeTakeFirst();
-    expect(stale.numUpdatedRows).toBe(0n);
+  it('fenced() guards an update builder and reports stale vs missing', async () => {
+    expect(await k.fenced(gdb.updateTable('accounts').set({ balance: 90 }).where('id', '=', 1), 3n).execute()).toEqual({ applied: true, written: 1, refused: 0 });
+    expect(await k.fenced(gdb.updateTable('accounts').set({ balance: 0 }).where('id', '=', 1), 2n).execute()).toEqual({
+      applied: false,
+      written: 0,
+      refused: 1,
+      reason: 'stale',
+      currentToken: 3n,
+    });
+    expect(await k.fenced(gdb.updateTable('accounts').set({ balance: 0 }).where('id', '=', 2), 9n).execute()).toEqual({
+      applied: false,
+      written: 0,
+      refused: 0,
+      reason: 'missing',
+    });
+    // An aliased table, in a transaction, with a builder expression: the counts read the same rows.
+    const inTrx = await gdb.transaction().execute((trx) =>
+      k.fenced(trx.updateTable('accounts as a').set((eb) => ({ balance: eb('a.balance', '+', 1) })).where('a.id', '=', 1), 3n).execute(),
+    );
+    expect(inTrx).toEqual({ applied: true, written: 1, refused: 0 });
+    expect(k.fenced(gdb.updateTable('accounts').set({ balance: 1 }).where('id', '=', 1), 4n).compile().sql).toMatch(
+      /^with "pgfence updated" AS \( update "accounts" set "balance" = \$1, "fencing_token" = \$2 where "id" = \$3 and \("fencing_token" IS NULL OR "fencing_token" <= \$4\) returning 1 as "pgfence_written" \) SELECT /,
+    );
     const { rows } = await pool.query(`SELECT balance, fencing_token FROM accounts WHERE id = 1`);
-    expect(rows[0]).toEqual({ balance: 90, fencing_token: '3' });
+    expect(rows[0]).toEqual({ balance: 91, fencing_token: '3' });
+    expect(() => k.fenced(gdb.updateTable('accounts').set({ balance: 1 }).from('parcels'), 4n)).toThrow(/one table \(no FROM, joins or WITH\)/);
+  });
+
+  it('checks tables, columns and values against the Kysely database type (compile time)', () => {
+    const compileOnly = (_: () => unknown) => {};
+    compileOnly(() => [
+      // @ts-expect-error: not a table of the database
+      k.fencedUpdate(gdb, { table: 'acounts', set: { balance: 1 }, where: { id: 1 }, token: 1n }),
+      // @ts-expect-error: not a column of accounts
+      k.fencedUpdate(gdb, { table: 'accounts', set: { balanse: 1 }, where: { id: 1 }, token: 1n }),
+      // @ts-expect-error: a value of the wrong type
+      k.fencedUpdate(gdb, { table: 'accounts', set: { balance: 'a lot' }, where: { id: 1 }, token: 1n }),
+      // @ts-expect-error: the fencing column is written by fencedUpdate itself
+      k.fencedUpdate(gdb, { table: 'accounts', set: { fencing_token: '9' }, where: { id: 1 }, token: 1n }),
+      // @ts-expect-error: where names a column accounts lacks
+      k.fencedClaim(gdb, { table: 'accounts', where: { idd: 1 }, token: 1n }),
+      // @ts-expect-error: a token is a bigint
+      k.fencedClaim(gdb, { table: 'accounts', where: { id: 1 }, token: 1 }),
+      // @ts-expect-error: not a column of accounts
+      k.fencedClaim(gdb, { table: 'accounts', where: { id: 1 }, token: 1n, column: 'fence' }),
+    ]);
   });
 
   it('fencedUpdate reports stale and missing', async () => {
-    expect(await k.fencedUpdate(kdb, { table: 'accounts', set: { balance: 80 }, where: { id: 1 }, token: 4n })).toEqual({
+    expect(await k.fencedUpdate(gdb, { table: 'accounts', set: { balance: 80 }, where: { id: 1 }, token: 4n })).toEqual({
       applied: true,
       written: 1,
       refused: 0,
     });
-    expect(await k.fencedUpdate(kdb, { table: 'accounts', set: { balance: 1 }, where: { id: 1 }, token: 3n })).toEqual({
+    expect(await k.fencedUpdate(gdb, { table: 'accounts', set: { balance: 1 }, where: { id: 1 }, token: 3n })).toEqual({
       applied: false,
       written: 0,
       refused: 1,
       reason: 'stale',
       currentToken: 4n,
     });
-    expect(await k.fencedUpdate(kdb, { table: 'accounts', set: { balance: 1 }, where: { id: 2 }, token: 9n })).toEqual({
+    expect(await k.fencedUpdate(gdb, { table: 'accounts', set: { balance: 1 }, where: { id: 2 }, token: 9n })).toEqual({
       applied: false,
       written: 0,
       refused: 0,
@@ -302,7 +350,7 @@ describe('Kysely guarded writes', () => {
     await pool.query(`CREATE TABLE parcels (id int PRIMARY KEY, batch int, state text)`);
     await k.addFencingColumn(kdb, 'parcels');
     await pool.query(`INSERT INTO parcels VALUES (1, 7, 'new', 3), (2, 7, 'new', 10)`);
-    expect(await k.fencedUpdate(kdb, { table: 'parcels', set: { state: 'sent' }, where: { batch: 7 }, token: 5n })).toEqual({
+    expect(await k.fencedUpdate(gdb, { table: 'parcels', set: { state: 'sent' }, where: { batch: 7 }, token: 5n })).toEqual({
       applied: false,
       written: 1,
       refused: 1,
@@ -320,18 +368,21 @@ describe('Kysely guarded writes', () => {
     await pool.query(`CREATE TABLE tallies (id int PRIMARY KEY, n int NOT NULL)`);
     await k.addFencingColumn(kdb, 'tallies', { enforce: true });
     await pool.query(`INSERT INTO tallies (id, n) VALUES (1, 0)`);
-    type Tally = { id: number; n: number };
     // A (token 1) claims and reads; its lease expires; B (token 2) claims and reads; A writes, then B.
-    const a = await k.fencedClaim<Tally>(kdb, { table: 'tallies', where: { id: 1 }, token: 1n });
-    const b = await kdb.transaction().execute((trx) => k.fencedClaim<Tally>(trx, { table: 'tallies', where: { id: 1 }, token: 2n }));
+    const a = await k.fencedClaim(gdb, { table: 'tallies', where: { id: 1 }, token: 1n });
+    const b = await gdb.transaction().execute((trx) => k.fencedClaim(trx, { table: 'public.tallies', where: { id: 1 }, token: 2n }));
     expect([a.claimed, b.claimed]).toEqual([true, true]);
-    expect(await k.fencedUpdate(kdb, { table: 'tallies', set: { n: a.rows[0]!.n + 1 }, where: { id: 1 }, token: 1n })).toMatchObject({
+    // Rows typed from the database type; the token comes back a bigint, as everywhere.
+    expect(a.rows).toEqual([{ id: 1, n: 0, fencing_token: 1n }]);
+    const token: bigint = b.rows[0]!.fencing_token;
+    expect(token).toBe(2n);
+    expect(await k.fencedUpdate(gdb, { table: 'tallies', set: { n: a.rows[0]!.n + 1 }, where: { id: 1 }, token: 1n })).toMatchObject({
       applied: false,
       reason: 'stale',
       currentToken: 2n,
     });
-    expect((await k.fencedUpdate(kdb, { table: 'tallies', set: { n: b.rows[0]!.n + 1 }, where: { id: 1 }, token: 2n })).applied).toBe(true);
-    expect(await k.fencedClaim(kdb, { table: 'tallies', where: { id: 1 }, token: 1n })).toEqual({
+    expect((await k.fencedUpdate(gdb, { table: 'tallies', set: { n: b.rows[0]!.n + 1 }, where: { id: 1 }, token: 2n })).applied).toBe(true);
+    expect(await k.fencedClaim(gdb, { table: 'tallies', where: { id: 1 }, token: 1n })).toEqual({
       claimed: false,
       rows: [],
       refused: 1,

@@ -72,7 +72,7 @@ async function takeAll(
       const target = ordered[next]!;
       const timeoutMs = deadline === Infinity ? Infinity : Math.max(0, deadline - performance.now());
       const handle = await acquire(target, timeoutMs);
-      if (!handle) throw new LockTimeoutError(target.name, target.key, template.timeoutMs);
+      if (!handle) throw new LockTimeoutError(target.name, target.key, template.timeoutMs, 'lock', 'acquireAll');
       held.push(handle);
       next++;
     }

@@ -52,7 +52,7 @@ export function acquireRequest(ctx: LockerContext, name: LockName | undefined, o
     ttlMs: o.ttlMs === undefined ? undefined : durationMs(o.ttlMs, 'ttlMs', { min: 1 }),
     fencing,
   };
-  ctx.checkNesting(target, o.allowNested, 'lock');
+  ctx.checkNesting(target, o.allowNested, 'lock', request.timeoutMs);
   if (ctx.refusal) throw ctx.refusal;
   ctx.checkBudget(target);
   ctx.noteName(target.key, target.name);

@@ -7,7 +7,7 @@ import { lockTimeoutSetting } from './lock-timeout.js';
 import { decodeBlockResult } from './op-result.js';
 
 /** The key a blocking wait is for, as its per-key lock state lets the wait report a grant. */
-export interface BlockedKey {
+interface BlockedKey {
   readonly key: bigint;
   /** The wait was granted on `session`: the key is held there, and the request gets its handle. */
   taken(request: AcquireRequest, session: Session, token: bigint | null): AdvisoryLockHandle;

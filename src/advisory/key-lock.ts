@@ -195,7 +195,7 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
   }
 
   timeoutError(request: AcquireRequest): Error {
-    return new LockTimeoutError(request.target.name, request.target.key, request.timeoutMs);
+    return new LockTimeoutError(request.target.name, request.target.key, request.timeoutMs, request.kind);
   }
 
   idle(): void {
@@ -286,6 +286,6 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
   }
 }
 
-export function lockInfo(request: AcquireRequest) {
+function lockInfo(request: AcquireRequest) {
   return { kind: request.kind ?? 'lock', name: request.target.name, key: request.target.key, mode: request.mode };
 }

@@ -3,7 +3,7 @@ import type { LockTarget } from '../keys.js';
 import type { Logger } from '../observe/index.js';
 
 /** The default budget's share of the server's lock table (which every application shares). */
-export const DEFAULT_LOCK_TABLE_SHARE = 0.25;
+const DEFAULT_LOCK_TABLE_SHARE = 0.25;
 
 /**
  * maxHeldLocks: the most advisory locks one locker holds or waits for at once. Checked before an

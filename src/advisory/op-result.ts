@@ -2,7 +2,7 @@ import { MARKER_FAILED } from '../wait/index.js';
 import { LEASE_HELD, Op, type OpCode } from './advisory-sql.js';
 
 /** What a try (or a marker registration) answered, read once from the session's result number. */
-export interface TryResult {
+interface TryResult {
   /** The lock was granted (and is held by the session). */
   granted: boolean;
   /** The op registered this session's marker (a waiter is announced on the key). */
@@ -16,7 +16,7 @@ export interface TryResult {
 }
 
 /** What an unlock answered. */
-export interface UnlockResult {
+interface UnlockResult {
   /** The session held the lock and gave it back (false: it was lost before this release). */
   released: boolean;
   /** Waiters of other sessions were announced, and notified. */

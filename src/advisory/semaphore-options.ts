@@ -58,7 +58,7 @@ function permitRequest(
   if (method === 'tryAcquire') a = singleAttempt(a, 'tryAcquire', 'acquire');
   const timeoutMs = a.timeoutMs === undefined ? ctx.defaultTimeoutMs : durationMs(a.timeoutMs, 'timeoutMs', { allowInfinity: true });
   const request: PermitRequest = { ...spec, timeoutMs, signal: abortSignal(a.signal) };
-  ctx.checkNesting(spec.target, a.allowNested, 'semaphore');
+  ctx.checkNesting(spec.target, a.allowNested, 'semaphore', timeoutMs);
   if (ctx.refusal) throw ctx.refusal;
   ctx.checkBudget(spec.target);
   return request;

@@ -23,8 +23,37 @@ export const SEMAPHORE_ACQUIRE_OPTION_KEYS = optionKeys<SemaphoreAcquireOptions>
 export interface Semaphore {
   readonly name: string | null;
   readonly permits: number;
+  /**
+   * Waits up to `timeoutMs` for a permit (LockTimeoutError after it).
+   *
+   * @example
+   * ```ts fragment
+   * const vendor = locker.semaphore('vendor-api', { permits: 5 });
+   * const permit = await vendor.acquire({ timeoutMs: 30_000 });
+   * try { await callVendor(); } finally { await permit.release(); }
+   * ```
+   */
   acquire(opts?: SemaphoreAcquireOptions): Promise<LockHandle>;
+  /**
+   * One attempt at a permit: null when every permit is taken.
+   *
+   * @example
+   * ```ts fragment
+   * const permit = await locker.semaphore('vendor-api', { permits: 5 }).tryAcquire();
+   * if (!permit) console.log('every permit is taken: try later');
+   * else await permit.release();
+   * ```
+   */
   tryAcquire(opts?: Omit<SemaphoreAcquireOptions, 'timeoutMs'>): Promise<LockHandle | null>;
+  /**
+   * Runs `fn` holding a permit, and releases it when `fn` settles. Nothing may wait for a lock, a lease or another permit inside `fn` (a permit is a leaf: see the nesting rules).
+   *
+   * @example
+   * ```ts fragment
+   * const vendor = locker.semaphore('vendor-api', { permits: 5 });
+   * const answer = await vendor.withPermit(() => callVendor(), { timeoutMs: 30_000 });
+   * ```
+   */
   withPermit<T>(fn: (permit: LockHandle) => Promise<T>, opts?: SemaphoreAcquireOptions): Promise<T>;
 }
 
@@ -156,7 +185,7 @@ export class SemaphoreManager {
 }
 
 /** One permit: the slot key it holds, on the session that holds it. */
-export class PermitHandle extends BaseHandle {
+class PermitHandle extends BaseHandle {
   readonly baseKey: bigint;
 
   constructor(

@@ -13,7 +13,7 @@ import {
 } from './xact.js';
 
 /** node-postgres: a client (or pool client) inside BEGIN ... COMMIT. */
-export function pgExecutor(client: pg.ClientBase): XactExecutor {
+function pgExecutor(client: pg.ClientBase): XactExecutor {
   const sql = pgSqlExecutor(client, 'client', 'a node-postgres client inside a transaction');
   const withStatus = client as pg.ClientBase & { getTransactionStatus?: () => string | null };
   return {
@@ -64,6 +64,19 @@ function followsTransactions(client: pg.ClientBase): boolean {
  * LockTimeoutError after timeoutMs (the transaction stays usable), DeadlockError when PostgreSQL
  * breaks a deadlock, and LockUnavailableError when PostgreSQL does not answer within timeoutMs plus
  * ANSWER_GRACE_MS (2 s): the client is then ended, so discard it.
+ *
+ * @example
+ * ```ts fragment
+ * const client = await pool.connect();
+ * try {
+ *   await client.query('BEGIN');
+ *   const { token } = await xactLock(client, 'invoice:42', { fencing: true }); // held until COMMIT or ROLLBACK
+ *   await fencedUpdate(client, { table: 'invoices', set: { status: 'paid' }, where: { id: 42 }, token });
+ *   await client.query('COMMIT');
+ * } finally {
+ *   client.release();
+ * }
+ * ```
  */
 export async function xactLock(client: pg.ClientBase, name: LockName, opts: FencedXactLockOptions): Promise<FencedXactLockResult>;
 export async function xactLock(client: pg.ClientBase, name: LockName, opts?: XactLockOptions): Promise<XactLockResult>;
@@ -71,7 +84,17 @@ export async function xactLock(client: pg.ClientBase, name: LockName, opts?: Xac
   return xactLockWith(pgExecutor(client), name, opts);
 }
 
-/** One try at a transaction lock inside the caller's transaction; null when it is held elsewhere. */
+/**
+ * One try at a transaction lock inside the caller's transaction; null when it is held elsewhere.
+ *
+ * @example
+ * ```ts fragment
+ * await client.query('BEGIN');
+ * const got = await tryXactLock(client, 'invoice:42');
+ * if (!got) console.log('another transaction holds it');
+ * await client.query('COMMIT');
+ * ```
+ */
 export async function tryXactLock(
   client: pg.ClientBase,
   name: LockName,

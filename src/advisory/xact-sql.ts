@@ -11,7 +11,7 @@ import { lockTimeoutSetting } from './lock-timeout.js';
  * milliseconds, both formatted here from numbers, never from caller text.
  */
 
-export const SAVEPOINT = 'pgfence_xact_lock';
+const SAVEPOINT = 'pgfence_xact_lock';
 
 /**
  * A single try, sent without parameters (the simple protocol: no Parse, Bind or Describe, one message

@@ -13,7 +13,7 @@ export interface XactLockOptions {
   /** Prefix hashed together with the name, as the locker's namespace option. */
   namespace?: string;
 }
-export const XACT_LOCK_OPTION_KEYS = optionKeys<XactLockOptions>({ mode: true, timeoutMs: true, signal: true, fencing: true, namespace: true });
+const XACT_LOCK_OPTION_KEYS = optionKeys<XactLockOptions>({ mode: true, timeoutMs: true, signal: true, fencing: true, namespace: true });
 
 export interface XactLockResult {
   key: bigint;
@@ -56,7 +56,7 @@ const SLICE_MS = 250;
  * lock_timeout (the wait's bound) fires, so a statement still unanswered this long after its own bound
  * means the server or the network is gone, not that the lock is busy.
  */
-export const ANSWER_GRACE_MS = 2000;
+const ANSWER_GRACE_MS = 2000;
 
 /** A statement went unanswered past its bound plus ANSWER_GRACE_MS. */
 class NoAnswer {
@@ -120,7 +120,7 @@ export async function xactLockWith(exec: XactExecutor, name: LockName, opts?: Xa
   // A free key costs one plain statement. Only a busy one waits, in the savepoint script: a statement
   // that fails or times out while waiting is rolled back without the caller's transaction.
   const result = (await tryOnce(exec, p)) ?? (p.timeoutMs === 0 ? null : await wait(exec, p, deadline));
-  if (!result) throw new LockTimeoutError(p.target.name, p.target.key, p.timeoutMs);
+  if (!result) throw new LockTimeoutError(p.target.name, p.target.key, p.timeoutMs, 'xact');
   return result;
 }
 
@@ -288,7 +288,7 @@ function translate(err: unknown, p: Prepared): Error {
   if (code === SQLSTATE.deadlockDetected) return new DeadlockError(p.target.name, p.target.key, { cause: err });
   if (code === SQLSTATE.queryCanceled) {
     // The caller's statement_timeout (or a cancel request) ended the wait.
-    const e = new LockTimeoutError(p.target.name, p.target.key, p.timeoutMs);
+    const e = new LockTimeoutError(p.target.name, p.target.key, p.timeoutMs, 'xact');
     (e as { cause?: unknown }).cause = err;
     return e;
   }

@@ -10,7 +10,7 @@
 import { performance } from 'node:perf_hooks';
 import { createInterface } from 'node:readline';
 
-export interface BurstTask {
+interface BurstTask {
   kind: 'burst';
   side: 'pgfence' | 'pg';
   url: string;
@@ -20,7 +20,7 @@ export interface BurstTask {
   grants: number;
 }
 
-export interface ContendTask {
+interface ContendTask {
   kind: 'contend';
   side: 'pgfence' | 'pg';
   url: string;

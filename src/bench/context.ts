@@ -4,9 +4,8 @@
  */
 
 import pg from 'pg';
-import { withApplicationName } from '../cli/index.js';
 import { createLocker, type Locker, type LockerOptions } from '../locker.js';
-import { openClient } from '../session/index.js';
+import { openClient, withApplicationName } from '../session/index.js';
 
 export interface BenchConfig {
   quick: boolean;

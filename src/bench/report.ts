@@ -1,10 +1,10 @@
 /** The bench's table rows for the usual shapes of comparison, and the table itself. */
 
-import { table } from '../cli/index.js';
+import { table } from '../core/index.js';
 import type { BenchContext, Row } from './context.js';
 import { fmt, type Spread } from './stats.js';
 
-export interface Target {
+interface Target {
   text: string;
   met: (ratio: number) => boolean;
 }

@@ -8,8 +8,8 @@ import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import { performance } from 'node:perf_hooks';
-import { redactUrl } from '../cli/index.js';
 import { migrate } from '../migrate/index.js';
+import { redactUrl } from '../session/index.js';
 import { BenchContext, type BenchConfig } from './context.js';
 import { callers } from './measurements/callers.js';
 import { durable } from './measurements/durable.js';
@@ -25,7 +25,7 @@ import { renderTable } from './report.js';
 import { fmt, median } from './stats.js';
 import { sleep } from './timing.js';
 
-export interface Measurement {
+interface Measurement {
   n: number;
   id: string;
   title: string;
@@ -59,7 +59,7 @@ export function selectMeasurements(only: string | undefined): Measurement[] | nu
   return MEASUREMENTS.filter((m) => picked.has(m));
 }
 
-export interface BenchRun {
+interface BenchRun {
   url: string;
   cfg: BenchConfig;
   measurements: Measurement[];

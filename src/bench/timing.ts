@@ -10,9 +10,9 @@ import { median, pairedRatios, type Spread } from './stats.js';
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** A cycle run by `workers` loops at once; `w` is the loop's number. */
-export type Cycle = (w: number) => Promise<unknown>;
+type Cycle = (w: number) => Promise<unknown>;
 
-export interface Throughput {
+interface Throughput {
   /** Cycles per second. */
   rate: number;
   cycles: number;
@@ -57,7 +57,7 @@ export interface Side {
   cycle: Cycle;
 }
 
-export interface Compared {
+interface Compared {
   /** Per side (in the order given): every round's rate. */
   rates: number[][];
   /** Per side: the median rate. */

@@ -23,7 +23,7 @@ export class UsageError extends Error {
  * 'string' and 'duration' take a value; 'boolean' takes none; 'optional-duration' takes a value
  * only when the next argument is one (or with `--flag=value`), else it is `true`.
  */
-export type FlagType = 'string' | 'duration' | 'boolean' | 'optional-duration' | 'number';
+type FlagType = 'string' | 'duration' | 'boolean' | 'optional-duration' | 'number';
 
 export interface FlagSpec {
   type: FlagType;
@@ -39,7 +39,7 @@ export interface FlagSpec {
   integer?: boolean;
 }
 
-export type FlagValue = string | number | boolean;
+type FlagValue = string | number | boolean;
 
 export interface ParsedArgs {
   flags: Record<string, FlagValue | undefined>;
@@ -176,7 +176,7 @@ function looksLikeDuration(value: string): boolean {
  * Milliseconds from "500ms", "30s", "1.5s", "2m", "1h" or a plain number (milliseconds); with
  * `allowInfinity`, also "forever". Throws a UsageError naming the flag.
  */
-export function parseDuration(value: string, flag: string, opts: { allowInfinity?: boolean; min?: number } = {}): number {
+function parseDuration(value: string, flag: string, opts: { allowInfinity?: boolean; min?: number } = {}): number {
   const text = value.trim();
   if (opts.allowInfinity && INFINITE.has(text.toLowerCase())) return Infinity;
   const m = DURATION.exec(text);

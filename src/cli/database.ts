@@ -5,7 +5,7 @@
  */
 
 import { InvalidArgumentError } from '../core/index.js';
-import { hasLibpqEnv, isUrl, resolveConnectionString } from '../session/index.js';
+import { hasLibpqEnv, resolveConnectionString } from '../session/index.js';
 import { type FlagSpec, type ParsedArgs, stringFlag, UsageError } from './args.js';
 
 export const databaseFlag: Record<string, FlagSpec> = { 'database-url': { type: 'string' } };
@@ -46,38 +46,5 @@ export function databaseUrl(args: ParsedArgs, env: NodeJS.ProcessEnv = process.e
       `${source}: expected a URL such as postgres://user@host:5432/database or settings such as "host=db dbname=app": ` +
         `${err.message.replace(/^connectionString: /, '')}`,
     );
-  }
-}
-
-/**
- * The URL with an application_name (shown by `pgfence status` and pg_stat_activity) unless it
- * already has one; connection strings that are not URLs are left as they are.
- */
-export function withApplicationName(url: string, applicationName: string): string {
-  // PostgreSQL keeps 63 bytes of it.
-  let name = applicationName;
-  while (Buffer.byteLength(name) > 63) name = name.slice(0, -1);
-  let u: URL;
-  try {
-    u = new URL(url);
-  } catch {
-    // Several hosts (h1:5432,h2:5433) are no WHATWG URL: add the parameter as text.
-    if (!isUrl(url) || /[?&]application_name=/.test(url)) return url;
-    return `${url}${url.includes('?') ? '&' : '?'}application_name=${encodeURIComponent(name)}`;
-  }
-  if (u.searchParams.has('application_name')) return url;
-  u.searchParams.set('application_name', name);
-  return u.toString();
-}
-
-/** The URL without its password, for messages. */
-export function redactUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password) u.password = '***';
-    if (u.searchParams.has('password')) u.searchParams.set('password', '***');
-    return u.toString();
-  } catch {
-    return url.replace(/password=[^\s&]+/gi, 'password=***').replace(/^(postgres(?:ql)?:\/\/[^:/@]*:)[^@/]*@/i, '$1***@');
   }
 }

@@ -1,16 +1,4 @@
-/** Output helpers shared by the subcommands: tables, durations, error text. */
-
-/** A plain text table: a header, a rule, rows; columns padded to their widest cell. */
-export function table(header: string[], rows: string[][], opts: { alignRight?: number[] } = {}): string {
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
-  const right = new Set(opts.alignRight ?? []);
-  const line = (cells: string[]) =>
-    cells
-      .map((c, i) => (right.has(i) ? c.padStart(widths[i]!) : i === cells.length - 1 ? c : c.padEnd(widths[i]!)))
-      .join('  ')
-      .trimEnd();
-  return [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n');
-}
+/** Output helpers shared by the subcommands: durations, error text (tables: core's text-table). */
 
 /** A short human duration: 850ms, 12s, 4m 05s, 3h 02m, 2d 04h. */
 export function shortDuration(ms: number): string {
@@ -43,10 +31,3 @@ export function errorText(err: unknown): string {
   const message = err.message || String(err);
   return typeof code === 'string' && code !== '' && !message.includes(code) ? `${message} (${code})` : message;
 }
-
-/** Rates and latencies for tables. */
-export const fmt = {
-  rate: (x: number) => (Number.isFinite(x) ? `${Math.round(x).toLocaleString('en-US')}/s` : '-'),
-  ms: (x: number) => (Number.isFinite(x) ? `${x < 10 ? x.toFixed(2) : x.toFixed(1)} ms` : '-'),
-  ratio: (x: number) => (Number.isFinite(x) ? `${x.toFixed(2)}x` : '-'),
-};

@@ -24,7 +24,7 @@ const GLOBAL_OPTIONS: [string, string][] = [
   ['-h, --help', 'this help'],
 ];
 
-export function usage(): string {
+function usage(): string {
   const width = Math.max(...Object.keys(commands).map((n) => n.length), ...GLOBAL_OPTIONS.map(([o]) => o.length)) + 2;
   const commandLines = Object.entries(commands).map(([name, c]) => `  ${name.padEnd(width)}${c.summary}`);
   const optionLines = GLOBAL_OPTIONS.map(([o, text]) => `  ${o.padEnd(width)}${text}`);
@@ -39,7 +39,7 @@ export function usage(): string {
   );
 }
 
-export function version(): string {
+function version(): string {
   const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
   return pkg.version;
 }

@@ -1,8 +1,9 @@
 /** pgfence migrate: applies pgfence's schema (migrations/ and sql/) and says what it applied. */
 
 import { migrate } from '../migrate/index.js';
+import { redactUrl } from '../session/index.js';
 import { runCommand, noPositionals, type CommandSpec } from './command.js';
-import { databaseFlag, databaseHelp, databaseUrl, redactUrl } from './database.js';
+import { databaseFlag, databaseHelp, databaseUrl } from './database.js';
 import { EXIT } from './exit-codes.js';
 import { errorText } from './format.js';
 

@@ -11,9 +11,10 @@ import { delimiter, join } from 'node:path';
 import { type LockHandle, LockLostError, LockTimeoutError, LockUnavailableError, PgfenceError, TIMED_OUT, within } from '../core/index.js';
 import { lockKey } from '../keys.js';
 import { createLocker, type Locker } from '../locker.js';
+import { withApplicationName } from '../session/index.js';
 import { booleanFlag, formatMs, numberFlag, stringFlag, UsageError, type ParsedArgs } from './args.js';
 import { runCommand, type CommandSpec } from './command.js';
-import { databaseFlag, databaseHelp, databaseUrl, withApplicationName } from './database.js';
+import { databaseFlag, databaseHelp, databaseUrl } from './database.js';
 import { EXIT } from './exit-codes.js';
 import { clip, errorText } from './format.js';
 

@@ -5,14 +5,14 @@
  */
 
 import pg from 'pg';
-import { clientLike, detectPinning, openPool, type Pinning } from '../session/index.js';
+import { clientLike, detectPinning, openPool, type Pinning, withApplicationName } from '../session/index.js';
 import { inspectDatabase, type LockEntry, type LockReport } from '../observe/index.js';
 import { booleanFlag, formatMs, numberFlag, type ParsedArgs } from './args.js';
 import { noPositionals, runCommand, type CommandSpec } from './command.js';
-import { databaseFlag, databaseHelp, databaseUrl, withApplicationName } from './database.js';
+import { databaseFlag, databaseHelp, databaseUrl } from './database.js';
 import { EXIT } from './exit-codes.js';
-import { sleep, toJson } from '../core/index.js';
-import { ago, clip, errorText, shortDuration, table } from './format.js';
+import { sleep, table, toJson } from '../core/index.js';
+import { ago, clip, errorText, shortDuration } from './format.js';
 
 const DEFAULT_INTERVAL_MS = 2000;
 
@@ -120,14 +120,14 @@ async function watch(pool: pg.Pool, args: ParsedArgs, connection: Pinning): Prom
 
 const LOWER_BOUND = new Set<LockEntry['sinceIs']>(['transaction', 'session']);
 
-export function lockLabel(name: string | null, namespace: string | null, key: bigint): string {
+function lockLabel(name: string | null, namespace: string | null, key: bigint): string {
   if (name === null) return `key ${key}`;
   return clip(namespace ? `${name} (namespace ${namespace})` : name, 60);
 }
 
 /** The report as text: a locks table, a leases table, and notes. */
 /** One line on what a failover would lose (README, "High availability"). */
-export function replicationLine(r: LockReport['replication']): string {
+function replicationLine(r: LockReport['replication']): string {
   if (r.standby) return 'replication: this server is a standby (in recovery): pgfence cannot lock or issue tokens here';
   const standbys = r.standbys.map((s) => `${s.name || '?'} ${s.state ?? '?'}/${s.syncState ?? '?'}`).join(', ');
   const timeline = `timeline ${r.timeline}`;
@@ -142,7 +142,7 @@ export function replicationLine(r: LockReport['replication']): string {
   );
 }
 
-export function renderReport(report: LockReport): string {
+function renderReport(report: LockReport): string {
   const now = report.at.getTime();
   const held = report.locks.filter((l) => l.state === 'held').length;
   const out: string[] = [];

@@ -1,7 +1,7 @@
 /** "Did you mean": the closest candidate to a mistyped word, as git and gh suggest one. */
 
 /** The candidate within a small edit distance of `word` (or the one it uniquely starts), if any. */
-export function closest(word: string, candidates: readonly string[]): string | undefined {
+function closest(word: string, candidates: readonly string[]): string | undefined {
   const w = word.toLowerCase();
   const prefixed = candidates.filter((c) => w.length >= 2 && c.startsWith(w));
   if (prefixed.length === 1) return prefixed[0];

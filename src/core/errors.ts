@@ -1,6 +1,6 @@
 import { bigintAsString } from './json.js';
 import { isSchemaMissing, sqlState, SQLSTATE } from './sqlstate.js';
-import type { LockLostReason } from './vocabulary.js';
+import type { LockKind, LockLostReason } from './vocabulary.js';
 
 /** Every `code` a PgfenceError can carry, for exhaustive switches (also at run time, for checks). */
 export const PGFENCE_ERROR_CODES = [
@@ -48,7 +48,18 @@ export class PgfenceError extends Error {
     this.name = new.target.name;
   }
 
-  /** JSON loggers serialise errors too: keys and tokens (bigints) become strings. */
+  /**
+   * JSON loggers serialise errors too: keys and tokens (bigints) become strings.
+   *
+   * @example
+   * ```ts fragment
+   * try {
+   *   await locker.acquire('order:123', { timeoutMs: 0 });
+   * } catch (err) {
+   *   console.log(JSON.stringify(err)); // {"name":"LockTimeoutError","code":"PGFENCE_LOCK_TIMEOUT",...,"key":"-2046217617591970219"}
+   * }
+   * ```
+   */
   toJSON(): Record<string, unknown> {
     const out: Record<string, unknown> = { name: this.name, code: this.code, message: this.message };
     for (const [k, v] of Object.entries(this)) out[k] = bigintAsString(k, v);
@@ -62,16 +73,35 @@ export class LockTimeoutError extends PgfenceError {
   readonly lockName: string | null;
   readonly key: bigint;
   readonly timeoutMs: number;
-  constructor(lockName: string | null, key: bigint, timeoutMs: number) {
+  /** What was waited for: a session lock, a transaction lock, a lease, a semaphore permit, a leader's lock. */
+  readonly kind: LockKind;
+  /** `call` names the method when its fix differs from its kind's (acquireAll has no try variant). */
+  constructor(lockName: string | null, key: bigint, timeoutMs: number, kind: LockKind = 'lock', call?: 'acquireAll') {
     super(
       'PGFENCE_LOCK_TIMEOUT',
-      `lock ${describeLock(lockName, key)} was not acquired within ${timeoutMs} ms; ` +
-        'raise timeoutMs, or use tryAcquire() to skip work when the lock is busy',
+      `${kindOf(kind, lockName, key)} was not acquired within ${timeoutMs} ms; raise timeoutMs${call === 'acquireAll' ? '' : `, or ${TIMEOUT_FIX[kind]}`}`,
     );
     this.lockName = lockName;
     this.key = key;
     this.timeoutMs = timeoutMs;
+    this.kind = kind;
   }
+}
+
+/** The call that skips the work instead of waiting, for each kind (the fix a LockTimeoutError names). */
+const TIMEOUT_FIX: Record<LockKind, string> = {
+  lock: 'use tryAcquire() or tryWithLock() to skip work when the lock is busy',
+  xact: 'use tryXactLock() to skip work when the lock is busy',
+  lease: 'use tryLease() or tryWithLease() to skip work when the lease is held',
+  semaphore: "use the semaphore's tryAcquire() to skip work when every permit is taken",
+  leader: "the election retries by itself: wait for 'elected'",
+};
+
+/** A lock described with its kind: `lease "x" (key 42)`, `a permit of semaphore "x" (key 42)`. */
+function kindOf(kind: LockKind, name: string | null, key: bigint | null): string {
+  const lock = describeLock(name, key);
+  if (kind === 'semaphore') return `a permit of semaphore ${lock}`;
+  return `${{ lock: 'lock', xact: 'transaction lock', lease: 'lease', leader: "leader's lock" }[kind]} ${lock}`;
 }
 
 /** A held lock was lost: its session died, its TTL ran out, or its lease was taken over. */
@@ -88,7 +118,10 @@ export class LockLostError extends PgfenceError {
   }
 }
 
-/** A lock was requested while a callback of the same locker already holds one. */
+/**
+ * A request would wait inside a callback of the same locker where waiting can deadlock: for a lock or
+ * a lease inside any callback, for anything inside a semaphore permit's (see the nesting rules).
+ */
 export class NestedLockError extends PgfenceError {
   declare readonly code: 'PGFENCE_NESTED_LOCK';
   constructor(
@@ -96,19 +129,22 @@ export class NestedLockError extends PgfenceError {
     key: bigint,
     heldName: string | null,
     heldKey: bigint,
-    /** What was asked for ('lock' by default), and who holds the outer lock (default "a callback"). */
-    opts: { kind?: 'lock' | 'lease' | 'semaphore'; context?: string } = {},
+    /** What was asked for ('lock' by default), what the callback holds, and who runs it (default "a callback"). */
+    opts: { kind?: 'lock' | 'lease' | 'semaphore'; heldKind?: LockKind; context?: string } = {},
   ) {
     const kind = opts.kind ?? 'lock';
-    const what = kind === 'semaphore' ? `a permit of semaphore ${describeLock(lockName, key)}` : `${kind} ${describeLock(lockName, key)}`;
+    // A permit's key is its slot's: the semaphore's name says more.
+    const held = kindOf(opts.heldKind ?? 'lock', heldName, opts.heldKind === 'semaphore' && heldName !== null ? null : heldKey);
     // acquireAll takes session locks only: a permit or a lease is taken outside the callback instead.
-    const fix =
-      kind === 'lock'
-        ? 'take both with acquireAll(), or pass { allowNested: true } to the inner call if every caller takes them in this order'
-        : `pass { allowNested: true } to the inner call if every caller takes them in this order, or take the ${kind === 'semaphore' ? 'permit' : 'lease'} outside it`;
+    const fix = {
+      lock: 'take both with acquireAll(), or use tryAcquire() (a try never waits)',
+      lease: 'take the lease outside it, or use tryLease() (a try never waits)',
+      semaphore: "take the permit outside it, or use the semaphore's tryAcquire() (a try never waits)",
+    }[kind];
     super(
       'PGFENCE_NESTED_LOCK',
-      `${what} was requested inside ${opts.context ?? 'a callback'}, which holds ${describeLock(heldName, heldKey)}; nested locks can deadlock: ${fix}`,
+      `${kindOf(kind, lockName, key)} was requested inside ${opts.context ?? 'a callback'}, which holds ${held}; waiting there can deadlock: ` +
+        `${fix}, or pass { allowNested: true } to the inner call if every caller takes them in this order`,
     );
   }
 }
@@ -199,8 +235,10 @@ export class DeadlockError extends PgfenceError {
   }
 }
 
-export function describeLock(name: string | null, key: bigint): string {
-  return name === null ? `key ${key}` : `"${name.length > 80 ? `${name.slice(0, 77)}...` : name}" (key ${key})`;
+export function describeLock(name: string | null, key: bigint | null): string {
+  if (name === null) return `key ${key}`;
+  const quoted = `"${name.length > 80 ? `${name.slice(0, 77)}...` : name}"`;
+  return key === null ? quoted : `${quoted} (key ${key})`;
 }
 
 /**

@@ -11,8 +11,31 @@ export interface LockHandle {
   /** Aborts, with a LockLostError reason, the moment the lock is lost. */
   readonly signal: AbortSignal;
   readonly acquiredAt: Date;
-  /** Idempotent: true if this call released a lock that was still held. Never throws on a dead session. */
+  /**
+   * Idempotent: true if this call released a lock that was still held. Never throws on a dead session.
+   *
+   * @example
+   * ```ts fragment
+   * const lock = await locker.acquire('order:123');
+   * try {
+   *   // ...
+   * } finally {
+   *   const heldToTheEnd = await lock.release(); // false: the lock was lost before (see lock.signal)
+   * }
+   * ```
+   */
   release(): Promise<boolean>;
+  /**
+   * Releases, for `await using` (Node 24, or TypeScript 5.2+ compiling it down).
+   *
+   * @example
+   * ```ts fragment
+   * {
+   *   await using lock = await locker.acquire('order:123');
+   *   // ...
+   * } // released here
+   * ```
+   */
   [Symbol.asyncDispose](): Promise<void>;
 }
 

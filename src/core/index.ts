@@ -7,3 +7,4 @@ export * from './sqlstate.js';
 export * from './vocabulary.js';
 export * from './errors.js';
 export * from './describe-type.js';
+export * from './text-table.js';

@@ -31,7 +31,7 @@ export interface EmbeddedServer {
   staged: { dir: string; created: boolean } | null;
 }
 
-export interface EmbeddedOptions {
+interface EmbeddedOptions {
   /** Temporary directory name prefix; default 'pgfence-demo-'. */
   dirPrefix?: string;
   /** Keep fsync on (a server whose crash behaviour matters); default false: a throwaway cluster. */

@@ -2,6 +2,7 @@ import { InvalidArgumentError, type SqlExecutor } from '../core/index.js';
 import { optionKeys, optionsObject } from '../options.js';
 import { guardedTarget, type GuardedCounts } from './fenced-update.js';
 import { guardedWriteError } from './guarded-error.js';
+import { DEFAULT_FENCING_COLUMN } from './identifiers.js';
 
 export interface FencedClaimSpec {
   /** `table` or `schema.table` (plain identifiers, case kept). */
@@ -14,12 +15,12 @@ export interface FencedClaimSpec {
   column?: string;
 }
 
-export const FENCED_CLAIM_SPEC_KEYS = optionKeys<FencedClaimSpec>({ table: true, where: true, token: true, column: true });
+const FENCED_CLAIM_SPEC_KEYS = optionKeys<FencedClaimSpec>({ table: true, where: true, token: true, column: true });
 
 export interface FencedClaimResult<Row = Record<string, unknown>> {
   /** True when every row the `where` matched was claimed (at least one). */
   claimed: boolean;
-  /** The claimed rows as they are now (their fencing column holds `token`): read these, not a SELECT from before. */
+  /** The claimed rows as they are now (their fencing column holds `token`, a bigint): read these, not a SELECT from before. */
   rows: Row[];
   /** Rows matched but not claimed because a newer token has claimed or written them. */
   refused: number;
@@ -38,7 +39,7 @@ const META = { written: '__pgfence_written', matched: '__pgfence_matched', curre
  * an older holder's guarded writes to these rows are refused, even if it read them first; and a newer
  * holder's claim takes them over. Inside a transaction the claimed rows stay locked until it ends.
  */
-export function fencedClaimQuery(spec: FencedClaimSpec): { text: string; values: unknown[] } {
+function fencedClaimQuery(spec: FencedClaimSpec): { text: string; values: unknown[] } {
   if (typeof spec === 'object' && spec !== null && (spec as { set?: unknown }).set !== undefined) {
     throw new InvalidArgumentError('set', 'fencedClaim writes only the fencing token; write columns afterwards with fencedUpdate');
   }
@@ -67,10 +68,11 @@ export async function fencedClaimWith<Row>(db: SqlExecutor, spec: FencedClaimSpe
   } catch (err) {
     throw guardedWriteError(err, { call: 'fencedClaim', ...spec });
   }
-  return fencedClaimResult<Row>(rows);
+  return fencedClaimResult<Row>(rows, spec.column ?? DEFAULT_FENCING_COLUMN, spec.token);
 }
 
-export function fencedClaimResult<Row>(rows: Record<string, unknown>[]): FencedClaimResult<Row> {
+/** The claim's rows and counts; each claimed row's fencing column is `token` (a bigint, as tokens are everywhere). */
+function fencedClaimResult<Row>(rows: Record<string, unknown>[], column: string, token: bigint): FencedClaimResult<Row> {
   const first = rows[0]!;
   const counts: GuardedCounts = {
     written: first[META.written] as number,
@@ -82,7 +84,8 @@ export function fencedClaimResult<Row>(rows: Record<string, unknown>[]): FencedC
       ? []
       : rows.map((row) => {
           const { [META.written]: _w, [META.matched]: _m, [META.current]: _c, ...rest } = row;
-          return rest as Row;
+          // The claim wrote the token there; the driver would hand an int8 back as a string.
+          return { ...rest, [column]: token } as Row;
         });
   const refused = Math.max(0, counts.matched - counts.written);
   if (counts.matched === 0 && counts.written === 0) return { claimed: false, rows: [], refused: 0, reason: 'missing' };

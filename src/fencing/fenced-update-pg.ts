@@ -6,6 +6,12 @@ import { fencedUpdateWith, type FencedUpdateResult, type FencedUpdateSpec } from
 /**
  * A guarded UPDATE through node-postgres (a client, a pool client or a pool): applied only where the
  * row's fencing token is not newer than `token`. Resolves with the rows written and refused, and why.
+ *
+ * @example
+ * ```ts fragment
+ * const r = await fencedUpdate(pool, { table: 'invoices', set: { status: 'paid' }, where: { id: 42 }, token: lease.token });
+ * if (!r.applied) console.log(r.reason, r.currentToken); // 'stale' and the newer token, or 'missing'
+ * ```
  */
 export async function fencedUpdate(client: pg.ClientBase | pg.Pool, spec: FencedUpdateSpec): Promise<FencedUpdateResult> {
   return fencedUpdateWith(pgSqlExecutor(client), spec);
@@ -15,6 +21,14 @@ export async function fencedUpdate(client: pg.ClientBase | pg.Pool, spec: Fenced
  * Claims rows for `token` before reading them (the safe read-modify-write): stamps the token where the
  * row's is not newer and returns the claimed rows, so that an older holder's later fencedUpdate of them
  * is refused. Resolves with why rows were refused ('stale' with currentToken, or 'missing').
+ *
+ * @example
+ * ```ts fragment
+ * const claim = await fencedClaim<{ id: number; n: number }>(pool, { table: 'counters', where: { id: 1 }, token: lease.token });
+ * if (claim.claimed) {
+ *   await fencedUpdate(pool, { table: 'counters', set: { n: claim.rows[0]!.n + 1 }, where: { id: 1 }, token: lease.token });
+ * }
+ * ```
  */
 export async function fencedClaim<Row extends Record<string, unknown> = Record<string, unknown>>(
   client: pg.ClientBase | pg.Pool,

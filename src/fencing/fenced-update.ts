@@ -16,7 +16,7 @@ export interface FencedUpdateSpec {
   column?: string;
 }
 
-export const FENCED_UPDATE_SPEC_KEYS = optionKeys<FencedUpdateSpec>({ table: true, set: true, where: true, token: true, column: true });
+const FENCED_UPDATE_SPEC_KEYS = optionKeys<FencedUpdateSpec>({ table: true, set: true, where: true, token: true, column: true });
 
 export interface FencedUpdateResult {
   /** True when every row the `where` matched was written (at least one). */
@@ -35,7 +35,7 @@ export interface FencedUpdateResult {
 }
 
 /** The parts every guarded statement shares: quoted names, the token as $1, the row filter. */
-export interface GuardedTarget {
+interface GuardedTarget {
   table: string;
   column: string;
   token: bigint;
@@ -73,7 +73,7 @@ export function guardedTarget(s: { table?: unknown; where?: unknown; token?: unk
  * The same statement counts the rows it matched, so it reports what it refused and why. Identifiers
  * are validated and quoted; every value is a parameter.
  */
-export function fencedUpdateQuery(spec: FencedUpdateSpec): { text: string; values: unknown[] } {
+function fencedUpdateQuery(spec: FencedUpdateSpec): { text: string; values: unknown[] } {
   const s = optionsObject<FencedUpdateSpec>(spec, 'fencedUpdate spec', FENCED_UPDATE_SPEC_KEYS);
   const t = guardedTarget(s);
   const setEntries = entriesOf(s.set, 'set', true);
@@ -130,7 +130,7 @@ export function checkToken(token: unknown, argument = 'token'): bigint {
   return token;
 }
 
-export function entriesOf(value: unknown, argument: string, allowEmpty: boolean): [string, unknown][] {
+function entriesOf(value: unknown, argument: string, allowEmpty: boolean): [string, unknown][] {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
     throw new InvalidArgumentError(argument, `expected an object of column: value, got ${describeType(value)}`);
   }

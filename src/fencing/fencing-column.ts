@@ -10,9 +10,16 @@ export interface FencingColumnOptions {
    */
   enforce?: boolean;
 }
-export const FENCING_COLUMN_OPTION_KEYS = optionKeys<FencingColumnOptions>({ column: true, enforce: true });
+const FENCING_COLUMN_OPTION_KEYS = optionKeys<FencingColumnOptions>({ column: true, enforce: true });
 
-/** The SQL that adds a fencing column (bigint, NULL until first fenced write) to one of your tables. Idempotent. */
+/**
+ * The SQL that adds a fencing column (bigint, NULL until first fenced write) to one of your tables. Idempotent.
+ *
+ * @example
+ * ```ts fragment
+ * await pool.query(fencingColumnSql('invoices', { enforce: true })); // the column, and the trigger that refuses a lower token
+ * ```
+ */
 export function fencingColumnSql(table: string, opts?: FencingColumnOptions): string {
   const o = optionsObject<FencingColumnOptions>(opts, 'fencingColumnSql options', FENCING_COLUMN_OPTION_KEYS);
   const t = quoteTable(table);

@@ -4,7 +4,7 @@ import { DEFAULT_FENCING_COLUMN } from './identifiers.js';
 
 /** The guarded statement that failed, as its caller asked for it (the spec passed validation). */
 export interface GuardedCall {
-  call: 'fencedUpdate' | 'fencedClaim';
+  call: 'fencedUpdate' | 'fencedClaim' | 'fenced';
   table: string;
   column?: string;
   token: bigint;

@@ -3,5 +3,6 @@ export * from './fenced-claim.js';
 export * from './fenced-update-pg.js';
 export * from './fenced-update.js';
 export * from './fencing-column.js';
+export * from './guarded-error.js';
 export * from './identifiers.js';
 export * from './token-sql.js';

@@ -1,63 +1,85 @@
-import { sql, type UpdateQueryBuilder } from 'kysely';
-import { describeType, InvalidArgumentError } from '../core/index.js';
-import { optionKeys, optionsObject } from '../options.js';
-import { bareIdentifier, checkToken, DEFAULT_FENCING_COLUMN, type FencedClaimResult, type FencedClaimSpec, fencedClaimWith, type FencedUpdateResult, type FencedUpdateSpec, fencedUpdateWith, type FencingColumnOptions, fencingColumnSql, quoteColumn } from '../fencing/index.js';
+import type { Kysely, Selectable, Transaction, Updateable } from 'kysely';
+import { type FencedClaimResult, type FencedClaimSpec, fencedClaimWith, type FencedUpdateResult, type FencedUpdateSpec, fencedUpdateWith, type FencingColumnOptions, fencingColumnSql } from '../fencing/index.js';
 import { kyselySqlExecutor, type AnyKysely } from './sql-executor.js';
 
-/**
- * Adds the fencing guard to a Kysely update: it writes `token` into the fencing column and applies
- * only where that column is NULL or not newer than `token`. Check `numUpdatedRows` of the result:
- * 0 means a newer holder has written (or no row matched).
- *
- *   await fenced(db.updateTable('orders').set({ status: 'paid' }).where('id', '=', 1), lease.token).execute();
- */
-export function fenced<DB, UT extends keyof DB, TB extends keyof DB, O>(
-  builder: UpdateQueryBuilder<DB, UT, TB, O>,
-  token: bigint,
-  opts?: { column?: string },
-): UpdateQueryBuilder<DB, UT, TB, O> {
-  if (typeof builder !== 'object' || builder === null || typeof (builder as { set?: unknown }).set !== 'function') {
-    throw new InvalidArgumentError('builder', `expected a Kysely update query builder, got ${describeType(builder)}`);
-  }
-  checkToken(token);
-  const o = optionsObject<{ column?: string }>(opts, 'fenced options', FENCED_OPTION_KEYS);
-  const column = bareIdentifier(quoteColumn(o.column ?? DEFAULT_FENCING_COLUMN, 'column'));
-  const ref = sql.ref(column);
-  return (builder as UpdateQueryBuilder<DB, UT, TB, O>)
-    .set(() => ({ [column]: token }) as never)
-    .where(() => sql<boolean>`(${ref} IS NULL OR ${ref} <= ${token})`);
+/** The tables of a Kysely database type, by the names Kysely uses (`schema.table` included). */
+export type TableName<DB> = keyof DB & string;
+/** A column of a table of a Kysely database type. */
+export type ColumnName<DB, TB extends TableName<DB>> = keyof Selectable<DB[TB]> & string;
+
+/** fencedUpdate's spec, checked against the Kysely database type: the table, its columns and their values. */
+export interface KyselyFencedUpdateSpec<DB, TB extends TableName<DB>, C extends string = 'fencing_token'> {
+  table: TB;
+  /** Columns to write (not the fencing column: fencedUpdate writes the token there). */
+  set: Omit<Updateable<DB[TB]>, C>;
+  /** Equality conditions (null means IS NULL) selecting the rows; at least one. */
+  where: { [K in ColumnName<DB, TB>]?: Selectable<DB[TB]>[K] | null };
+  /** The holder's fencing token. */
+  token: bigint;
+  /** The fencing column; default 'fencing_token'. */
+  column?: C & ColumnName<DB, TB>;
 }
 
-/** fencedUpdate for Kysely (a Kysely instance or a transaction): same spec and result as the root export's. */
-export async function fencedUpdate(db: AnyKysely, spec: FencedUpdateSpec): Promise<FencedUpdateResult> {
-  return fencedUpdateWith(kyselySqlExecutor(db), spec);
+/** fencedClaim's spec, checked against the Kysely database type. */
+export type KyselyFencedClaimSpec<DB, TB extends TableName<DB>, C extends string = 'fencing_token'> = Omit<
+  KyselyFencedUpdateSpec<DB, TB, C>,
+  'set'
+>;
+
+/** A claimed row: the table's row as Kysely selects it, its fencing column the token (a bigint). */
+export type ClaimedRow<DB, TB extends TableName<DB>, C extends string = 'fencing_token'> = Omit<Selectable<DB[TB]>, C> & {
+  [K in C]: bigint;
+};
+
+/**
+ * fencedUpdate for Kysely (a Kysely instance or a transaction): the root export's, with the table
+ * and its columns checked against the database type. Same result.
+ *
+ * @example
+ * ```ts fragment
+ * const r = await fencedUpdate(db, { table: 'orders', set: { status: 'paid' }, where: { id: 1 }, token: lease.token });
+ * if (!r.applied) console.log(r.reason, r.currentToken); // 'stale' and the newer token, or 'missing'
+ * ```
+ */
+export async function fencedUpdate<DB, TB extends TableName<DB>, C extends string = 'fencing_token'>(
+  db: Kysely<DB> | Transaction<DB>,
+  spec: KyselyFencedUpdateSpec<DB, TB, C>,
+): Promise<FencedUpdateResult> {
+  return fencedUpdateWith(kyselySqlExecutor(db), spec as unknown as FencedUpdateSpec);
 }
 
 /**
  * fencedClaim for Kysely (a Kysely instance or a transaction): stamps `token` into the rows' fencing
- * column before you read them, so an older holder's later guarded write to them is refused. Same spec
- * and result as the root export's.
+ * column before you read them, so an older holder's later guarded write to them is refused. The rows
+ * are typed from the database type (the fencing column as a bigint). Same result as the root export's.
  *
- *   await db.transaction().execute(async (trx) => {
- *     const claim = await fencedClaim<Counter>(trx, { table: 'counters', where: { id: 1 }, token });
- *     if (!claim.claimed) return; // a newer holder has the row
- *     await fencedUpdate(trx, { table: 'counters', set: { n: claim.rows[0].n + 1 }, where: { id: 1 }, token });
- *   });
+ * @example
+ * ```ts fragment
+ * await db.transaction().execute(async (trx) => {
+ *   const claim = await fencedClaim(trx, { table: 'counters', where: { id: 1 }, token });
+ *   if (!claim.claimed) return; // a newer holder has the row
+ *   await fencedUpdate(trx, { table: 'counters', set: { n: claim.rows[0]!.n + 1 }, where: { id: 1 }, token });
+ * });
+ * ```
  */
-export async function fencedClaim<Row extends Record<string, unknown> = Record<string, unknown>>(
-  db: AnyKysely,
-  spec: FencedClaimSpec,
-): Promise<FencedClaimResult<Row>> {
-  return fencedClaimWith<Row>(kyselySqlExecutor(db), spec);
+export async function fencedClaim<DB, TB extends TableName<DB>, C extends string = 'fencing_token'>(
+  db: Kysely<DB> | Transaction<DB>,
+  spec: KyselyFencedClaimSpec<DB, TB, C>,
+): Promise<FencedClaimResult<ClaimedRow<DB, TB, C>>> {
+  return fencedClaimWith<ClaimedRow<DB, TB, C>>(kyselySqlExecutor(db), spec as unknown as FencedClaimSpec);
 }
 
 /**
  * Adds the fencing column (and, with `enforce`, the trigger) to one of your tables, for use inside
  * your own Kysely migrations: `up: (db) => addFencingColumn(db, 'orders', { enforce: true })`.
+ *
+ * @example
+ * ```ts fragment
+ * // In one of your own Kysely migrations:
+ * const up = (db: Kysely<any>) => addFencingColumn(db, 'orders', { enforce: true });
+ * ```
  */
 export async function addFencingColumn(db: AnyKysely, table: string, opts?: FencingColumnOptions): Promise<void> {
   const text = fencingColumnSql(table, opts);
   await kyselySqlExecutor(db).script(text);
 }
-
-const FENCED_OPTION_KEYS = optionKeys<{ column?: string }>({ column: true });

@@ -5,12 +5,26 @@ import { kyselySqlExecutor, type AnyKysely } from './sql-executor.js';
 /**
  * Kysely's `Migration`, declared here: kysely 0.28 exports its type from 'kysely', 0.29 only from
  * 'kysely/migration' (which 0.28 lacks), so pgfence names neither and both accept this shape.
+ *
+ * @example
+ * ```ts fragment
+ * const migrations = await pgfenceMigrations().getMigrations();
+ * for (const m of Object.values(migrations)) await m.up(db); // as a Migrator would, in order
+ * ```
  */
 export interface PgfenceMigration {
   up(db: AnyKysely): Promise<void>;
 }
 
-/** Kysely's `MigrationProvider`, declared here for the same reason: pass it as `provider` to a Migrator. */
+/**
+ * Kysely's `MigrationProvider`, declared here for the same reason: pass it as `provider` to a Migrator.
+ *
+ * @example
+ * ```ts fragment
+ * const migrations = await pgfenceMigrations().getMigrations(); // what a Migrator runs, by name
+ * console.log(Object.keys(migrations));
+ * ```
+ */
 export interface PgfenceMigrationProvider {
   getMigrations(): Promise<Record<string, PgfenceMigration>>;
 }
@@ -46,6 +60,12 @@ export interface PgfenceMigrationProvider {
  * - There is no down(): `migrateDown()` leaves pgfence's schema in place.
  * - Migration files are multi-statement scripts: use a dialect that sends a query without
  *   parameters as one simple query, as `PostgresDialect` over node-postgres does.
+ *
+ * @example
+ * ```ts fragment
+ * await new Migrator({ db, provider: pgfenceMigrations(), migrationTableName: 'pgfence_kysely_migration',
+ *   migrationLockTableName: 'pgfence_kysely_migration_lock' }).migrateToLatest();
+ * ```
  */
 export function pgfenceMigrations(): PgfenceMigrationProvider {
   return migrationProviderFor(packageFolders());

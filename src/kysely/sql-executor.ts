@@ -1,7 +1,10 @@
 import { CompiledQuery, type Kysely } from 'kysely';
 import { describeType, InvalidArgumentError, type SqlExecutor } from '../core/index.js';
 
-/** Any database schema: pgfence's statements name their tables themselves. A Transaction is a Kysely too. */
+/**
+ * A Kysely instance or transaction of any database type (a Transaction is a Kysely too): the lock
+ * statements touch none of the caller's tables.
+ */
 export type AnyKysely = Kysely<any>;
 
 /**

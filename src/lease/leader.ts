@@ -8,7 +8,7 @@ import type { LeaseHandle } from './lease-manager.js';
 import { LEADER_OPTION_KEYS, leaseRequest, type LeaseOptions } from './lease-options.js';
 
 /** What a leader election needs from its locker. */
-export interface LeaderCampaignPorts {
+interface LeaderCampaignPorts {
   lease(signal: AbortSignal): Promise<LeaseHandle>;
   /** A session lock whose loss ends the term (a killed backend, a lost network), named `name`. */
   guard(key: bigint, name: string): Promise<LockHandle>;
@@ -23,7 +23,7 @@ export type DemotionReason = 'resigned' | LockLostReason;
 export interface WhenElectedOptions {
   signal?: AbortSignal;
 }
-export const WHEN_ELECTED_OPTION_KEYS = optionKeys<WhenElectedOptions>({ signal: true });
+const WHEN_ELECTED_OPTION_KEYS = optionKeys<WhenElectedOptions>({ signal: true });
 
 export interface DemotedEvent {
   epoch: bigint;
@@ -54,16 +54,32 @@ export interface LeaderElection extends EventEmitter<LeaderEvents> {
   readonly epoch: bigint | null;
   /** Aborts when the current term ends; null when not leading (checked as isLeader is). */
   readonly signal: AbortSignal | null;
-  /** Resolves with the epoch once this candidate leads (at once if it does). */
+  /**
+   * Resolves with the epoch once this candidate leads (at once if it does).
+   *
+   * @example
+   * ```ts fragment
+   * const election = locker.leader('scheduler');
+   * const epoch = await election.whenElected({ signal: AbortSignal.timeout(60_000) });
+   * ```
+   */
   whenElected(opts?: WhenElectedOptions): Promise<bigint>;
-  /** Stops campaigning; a leader releases its lease first ('demoted' with reason 'resigned'). */
+  /**
+   * Stops campaigning; a leader releases its lease first ('demoted' with reason 'resigned').
+   *
+   * @example
+   * ```ts fragment
+   * const election = locker.leader('scheduler');
+   * process.once('SIGTERM', () => void election.resign()); // 'demoted' with reason 'resigned'
+   * ```
+   */
   resign(): Promise<void>;
 }
 
 const RETRY_MS = 250;
 
 /** What a locker.leader() campaign takes from its locker: its leases, and the session lock that guards a term. */
-export interface LeaderLocks {
+interface LeaderLocks {
   lease(opts: LeaseOptions): Promise<LeaseHandle>;
   guard: LeaderCampaignPorts['guard'];
 }

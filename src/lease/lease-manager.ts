@@ -26,7 +26,15 @@ export interface LeaseHandle<D = unknown> extends LockHandle {
   readonly expiresAt: Date;
   /** The `data` given to lease() (stored with the lease as JSON). */
   readonly data: D;
-  /** Extends the lease by its TTL; false (and the handle is lost) when it is no longer this holder's. */
+  /**
+   * Extends the lease by its TTL; false (and the handle is lost) when it is no longer this holder's.
+   *
+   * @example
+   * ```ts fragment
+   * const lease = await locker.lease('sync', { ttlMs: 60_000, renew: false });
+   * if (!(await lease.renew())) console.log('the lease is no longer ours: stop');
+   * ```
+   */
   renew(): Promise<boolean>;
 }
 
@@ -170,7 +178,7 @@ export class LeaseManager {
  * successful grant or renewal was *sent*, minus a margin: the database set the expiry later than that,
  * so the signal aborts before anyone else can be admitted.
  */
-export class LeaseHandleImpl extends BaseHandle implements LeaseHandle {
+class LeaseHandleImpl extends BaseHandle implements LeaseHandle {
   declare readonly token: bigint;
   readonly owner: string;
   readonly data: unknown;

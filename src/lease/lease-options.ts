@@ -24,7 +24,7 @@ export interface LeaseOptions<D = unknown> {
   minHoldMs?: number;
   allowNested?: boolean;
 }
-export const LEASE_OPTION_KEYS = optionKeys<LeaseOptions>({
+const LEASE_OPTION_KEYS = optionKeys<LeaseOptions>({
   ttlMs: true,
   renew: true,
   timeoutMs: true,
@@ -58,7 +58,7 @@ export function leaseRequest(ctx: LockerContext, name: LockName | undefined, opt
     data: jsonData(o.data),
     minHoldMs: o.minHoldMs === undefined ? 0 : durationMs(o.minHoldMs, 'minHoldMs', { integer: true }),
   };
-  ctx.checkNesting(target, o.allowNested, 'lease');
+  ctx.checkNesting(target, o.allowNested, 'lease', request.timeoutMs);
   ctx.noteName(target.key, target.name);
   return request;
 }

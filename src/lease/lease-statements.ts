@@ -2,7 +2,7 @@ import type pg from 'pg';
 import { isPreparedStatementMissing } from '../core/index.js';
 
 /** A statement with a name of its own: prepared once per connection, where that is safe. */
-export interface NamedStatement {
+interface NamedStatement {
   readonly name: string;
   readonly text: string;
 }

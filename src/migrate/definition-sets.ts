@@ -22,7 +22,7 @@ export const DEFINITION_LOG_FILE = 'kysely-definition-migrations.txt';
 
 const LOGGED_NAME = /^(\d{4})~definitions-r(\d{4})-([0-9a-f]{8})$/;
 
-export interface DefinitionMigrationPlan {
+interface DefinitionMigrationPlan {
   /** Earlier names: no-ops now (the current migration applies whatever changed). */
   readonly superseded: readonly string[];
   /** The migration that applies the current definitions; null when sql/ has none. */
@@ -30,7 +30,7 @@ export interface DefinitionMigrationPlan {
 }
 
 /** A short checksum of the whole definition set: any file added, removed, renamed or edited changes it. */
-export function definitionSetChecksum(definitions: readonly DefinitionFile[]): string {
+function definitionSetChecksum(definitions: readonly DefinitionFile[]): string {
   return sha256Hex(definitions.map((d) => `${d.fileName}\0${d.checksum}\n`).join('')).slice(0, 8);
 }
 

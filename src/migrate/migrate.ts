@@ -6,20 +6,26 @@ import { packageFolders } from './package-folders.js';
 import { runMigrations, type MigrateResult } from './runner.js';
 
 export interface MigrateOptions {
-  /** A PostgreSQL URL; migrate() opens one connection and ends it before returning. */
+  /** A PostgreSQL URL or libpq keyword/value settings (default: the PG* environment); migrate() opens one connection and ends it before returning. */
   connectionString?: string;
   /** Or a pool of yours: one connection is checked out for the run and given back. */
   pool?: pg.Pool;
 }
-export const MIGRATE_OPTION_KEYS = optionKeys<MigrateOptions>({ connectionString: true, pool: true });
+const MIGRATE_OPTION_KEYS = optionKeys<MigrateOptions>({ connectionString: true, pool: true });
 
 /**
  * Brings pgfence's schema up to date: applies pending migrations/ in order and re-applies changed
  * sql/ definitions. Safe to call from every instance at start-up: runs are serialised by an advisory
  * lock, and a run that waited finds nothing left to do. Throws a PgfenceError with code
  * PGFENCE_MIGRATION_EDITED (before applying anything) if an applied migration file was changed.
+ *
+ * @example
+ * ```ts fragment
+ * const { applied } = await migrate({ connectionString: process.env.DATABASE_URL });
+ * console.log(applied); // the files it applied: [] when the schema was up to date
+ * ```
  */
-export async function migrate(opts: MigrateOptions): Promise<MigrateResult> {
+export async function migrate(opts: MigrateOptions = {}): Promise<MigrateResult> {
   const target = validateMigrateOptions(opts);
   const folders = packageFolders();
   if ('pool' in target) return runMigrations({ pool: target.pool, ...folders });
@@ -34,7 +40,7 @@ export async function migrate(opts: MigrateOptions): Promise<MigrateResult> {
 }
 
 /** Exactly one of connectionString and pool, each of the right type; checked before any I/O. */
-export function validateMigrateOptions(opts: unknown): { connectionString: string } | { pool: pg.Pool } {
+function validateMigrateOptions(opts: unknown): { connectionString: string } | { pool: pg.Pool } {
   if (typeof opts !== 'object' || opts === null || Array.isArray(opts)) {
     throw new InvalidArgumentError('opts', `expected { connectionString } or { pool }, got ${describeType(opts)}`);
   }
@@ -52,8 +58,7 @@ export function validateMigrateOptions(opts: unknown): { connectionString: strin
   if (connectionString !== undefined && pool !== undefined) {
     throw new InvalidArgumentError('opts', 'pass either connectionString or pool, not both');
   }
-  // A URL or libpq keyword/value settings, as one URL; a bad one throws here, before any I/O.
-  if (connectionString !== undefined) return { connectionString: resolveConnectionString(connectionString) };
   if (pool !== undefined) return { pool: pool as pg.Pool };
-  throw new InvalidArgumentError('opts', 'pass connectionString (a PostgreSQL URL) or pool (a pg.Pool)');
+  // A URL or libpq keyword/value settings as one URL, or none: the PG* environment. A bad one throws here, before any I/O.
+  return { connectionString: resolveConnectionString(connectionString as string | undefined) };
 }

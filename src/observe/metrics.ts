@@ -4,6 +4,12 @@ import type { AcquiredEvent, BounceEvent, ContentionEvent, LostEvent, ReleasedEv
 /**
  * The part of @opentelemetry/api's Meter that pgfence uses, written out so that the package's
  * types do not require @opentelemetry/api to be installed. A real Meter satisfies it.
+ *
+ * @example
+ * ```ts fragment
+ * import { metrics } from '@opentelemetry/api';
+ * const observed = createLocker({ connectionString: process.env.DATABASE_URL, meter: metrics.getMeter('pgfence') });
+ * ```
  */
 export interface Meter {
   createHistogram(name: string, options?: { description?: string; unit?: string }): {

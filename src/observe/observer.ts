@@ -1,7 +1,7 @@
 import type { EventEmitter } from 'node:events';
 import { bigintAsString, type HeldLockInfo, type LockEventInfo, type LockLostError, type LockLostReason } from '../core/index.js';
 import type { AcquiredEvent, BounceEvent, ContentionEvent, LockerEvents, LockerStats, LostEvent, ReleasedEvent, TimeoutEvent } from './events.js';
-import { type Logger, silentLogger } from './logger.js';
+import { type Logger, logsAt } from './logger.js';
 import { createInstruments, type Meter, type MeterInstruments } from './metrics.js';
 
 /**
@@ -21,7 +21,6 @@ export interface BounceReporter {
 export class Observer {
   private readonly counts = { acquired: 0, released: 0, timeouts: 0, lost: 0, contention: 0 };
   private readonly instruments: MeterInstruments | null;
-  private readonly logs: boolean;
 
   constructor(
     private readonly emitter: EventEmitter<LockerEvents>,
@@ -30,7 +29,11 @@ export class Observer {
     heldNow: () => number,
   ) {
     this.instruments = meter ? createInstruments(meter, heldNow) : null;
-    this.logs = logger !== silentLogger;
+  }
+
+  /** Debug lines (every acquisition and release) only when the logger takes them: their payloads are built for it alone. */
+  private get logs(): boolean {
+    return logsAt(this.logger, 'debug');
   }
 
   private wanted(event: keyof LockerEvents): boolean {

@@ -40,7 +40,7 @@ export type LockedJob<T = object> = BossJob<T> & {
   readonly signal: AbortSignal;
 };
 
-/** Why a job's signal aborted: see {@link LockedJob.signal}. */
+/** Why a job's signal aborted: see the `signal` of {@link LockedJob}. */
 export type JobStopReason = LockLostError | JobStoppedError;
 
 /** pg-boss stopped a job (expiry, stop, or an abort of its own): the reason of a job's signal. */
@@ -63,7 +63,14 @@ export interface BossWorkOptions {
   [option: string]: unknown;
 }
 
-/** What workWithLock needs of a PgBoss instance. */
+/**
+ * What workWithLock needs of a PgBoss instance.
+ *
+ * @example
+ * ```ts fragment
+ * const bossLike: BossLike = boss; // a PgBoss of pg-boss 10, 11 or 12
+ * ```
+ */
 export interface BossLike {
   work(name: string, options: BossWorkOptions, handler: (jobs: any[]) => Promise<unknown>): Promise<string>;
   fail(name: string, id: string, data: object): Promise<unknown>;
@@ -83,7 +90,7 @@ export interface WorkWithLockOptions<T = object> {
   /** Passed to `boss.work()`. */
   workOptions?: BossWorkOptions;
 }
-export const WORK_WITH_LOCK_OPTION_KEYS = optionKeys<WorkWithLockOptions>({ key: true, waitMs: true, fencing: true, workOptions: true });
+const WORK_WITH_LOCK_OPTION_KEYS = optionKeys<WorkWithLockOptions>({ key: true, waitMs: true, fencing: true, workOptions: true });
 
 /** A job's key stayed busy past waitMs: the job goes back to pg-boss to be retried later. */
 export class KeyBusyError extends PgfenceError {
@@ -145,6 +152,12 @@ function afterBounce(retryCount: unknown, retryLimit: unknown): string {
  * - Errors and outputs reach pg-boss as JSON: bigint fields (pgfence errors, tokens) become strings.
  *
  * Arguments are validated before any I/O (InvalidArgumentError).
+ *
+ * @example
+ * ```ts fragment
+ * await workWithLock<{ orderId: number }>(boss, locker, 'orders', { key: (job) => `order:${job.data.orderId}`, fencing: true },
+ *   (job, lock) => fencedUpdate(pool, { table: 'orders', set: { status: 'paid' }, where: { id: job.data.orderId }, token: lock.token }));
+ * ```
  */
 export async function workWithLock<T = object>(
   boss: BossLike,

@@ -26,7 +26,7 @@ export interface ConnectionTargets {
   baseUrl: string;
 }
 
-export const LIBPQ_ENV = ['PGHOST', 'PGPORT', 'PGUSER', 'PGDATABASE', 'PGPASSWORD'] as const;
+const LIBPQ_ENV = ['PGHOST', 'PGPORT', 'PGUSER', 'PGDATABASE', 'PGPASSWORD'] as const;
 
 /** Keywords node-postgres honours; the other libpq keywords are refused rather than ignored. */
 const KEYWORDS = new Set([
@@ -41,7 +41,7 @@ const LIBPQ_ONLY = new Set([
   'krbsrvname', 'gsslib', 'gssdelegation', 'service', 'load_balance_hosts', 'sslnegotiation', 'require_auth',
 ]);
 
-export function isUrl(text: string): boolean {
+function isUrl(text: string): boolean {
   return /^postgres(ql)?:\/\//i.test(text.trim());
 }
 
@@ -66,7 +66,7 @@ export function resolveConnectionString(input: string | undefined, env: Env = pr
     try {
       new URL(text);
     } catch {
-      throw new InvalidArgumentError('connectionString', `not a valid URL: "${redact(text)}"`);
+      throw new InvalidArgumentError('connectionString', `not a valid URL: "${redactUrl(text)}"`);
     }
     return text;
   }
@@ -81,7 +81,7 @@ export function connectionTargets(input: string | undefined, env: Env = process.
   const text = input === undefined ? resolveConnectionString(undefined, env) : input.trim();
   if (!isUrl(text)) return text.startsWith('/') ? null : connectionTargets(resolveConnectionString(text, env), env);
   const m = /^(postgres(?:ql)?:\/\/)([^/?#]*@)?([^/?#]*)([^?#]*)(\?[^#]*)?(#.*)?$/i.exec(text);
-  if (!m) throw new InvalidArgumentError('connectionString', `not a valid URL: "${redact(text)}"`);
+  if (!m) throw new InvalidArgumentError('connectionString', `not a valid URL: "${redactUrl(text)}"`);
   const [, scheme, auth = '', hostList = '', path = '', query = ''] = m;
   const params = new URLSearchParams(query.slice(1));
   const attrs = targetSessionAttrs(params.get('target_session_attrs'));
@@ -94,7 +94,7 @@ export function connectionTargets(input: string | undefined, env: Env = process.
   try {
     new URL(baseUrl);
   } catch {
-    throw new InvalidArgumentError('connectionString', `not a valid URL: "${redact(text)}"`);
+    throw new InvalidArgumentError('connectionString', `not a valid URL: "${redactUrl(text)}"`);
   }
   return { hosts, targetSessionAttrs: attrs, baseUrl };
 }
@@ -230,6 +230,36 @@ function urlFrom(settings: Map<string, string>): string {
   return url;
 }
 
-function redact(text: string): string {
-  return text.replace(/(:\/\/[^:/@]*:)[^@]*@/, '$1***@');
+/**
+ * The URL with an application_name (shown by `pgfence status` and pg_stat_activity) unless it
+ * already has one; connection strings that are not URLs are left as they are.
+ */
+export function withApplicationName(url: string, applicationName: string): string {
+  // PostgreSQL keeps 63 bytes of it.
+  let name = applicationName;
+  while (Buffer.byteLength(name) > 63) name = name.slice(0, -1);
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    // Several hosts (h1:5432,h2:5433) are no WHATWG URL: add the parameter as text.
+    if (!isUrl(url) || /[?&]application_name=/.test(url)) return url;
+    return `${url}${url.includes('?') ? '&' : '?'}application_name=${encodeURIComponent(name)}`;
+  }
+  if (u.searchParams.has('application_name')) return url;
+  u.searchParams.set('application_name', name);
+  return u.toString();
+}
+
+/** The URL (or keyword/value settings) without its password, for messages. */
+export function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    if (u.searchParams.has('password')) u.searchParams.set('password', '***');
+    return u.toString();
+  } catch {
+    // Not a WHATWG URL (several hosts, a bad one, keyword/value settings): the password by pattern.
+    return url.replace(/password=[^\s&]+/gi, 'password=***').replace(/^(postgres(?:ql)?:\/\/[^:/@]*:)[^@]*@/i, '$1***@');
+  }
 }

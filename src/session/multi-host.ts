@@ -10,7 +10,7 @@ import pg from 'pg';
 import { connectionConfig, connectionTargets, type ConnectionTargets, type HostPort, type TargetSessionAttrs } from './connection-config.js';
 
 /** A connection reached a host that does not fit (a standby, or a host that went away): try again. */
-export class WrongHostError extends Error {
+class WrongHostError extends Error {
   constructor(message: string, options?: { cause?: unknown }) {
     super(message, options);
     this.name = 'WrongHostError';
@@ -41,7 +41,7 @@ function fits(role: { standby: boolean; readOnly: boolean }, attrs: TargetSessio
 }
 
 /** Picks the host for the next connection: the last that fitted, else the first that fits, in order. */
-export class HostSelector {
+class HostSelector {
   private preferred: HostPort | null = null;
 
   constructor(
@@ -118,7 +118,7 @@ function targetedClient(selector: HostSelector): typeof pg.Client {
  * A pg.Pool over the targets: each new connection goes to the host that fits; a connection that
  * reaches a host that no longer fits is retried on the next (once per host, then the error).
  */
-export function targetedPool(targets: ConnectionTargets, config: pg.PoolConfig): pg.Pool {
+function targetedPool(targets: ConnectionTargets, config: pg.PoolConfig): pg.Pool {
   const selector = new HostSelector(targets, { ...config, connectionString: targets.baseUrl });
   const Client = targetedClient(selector);
   class TargetedPool extends pg.Pool {

@@ -22,7 +22,7 @@ import type { Logger } from '../observe/index.js';
  * The server timeouts that would kill an idle holder with its locks are turned off on these
  * connections only.
  */
-export interface DeadClientBounds {
+interface DeadClientBounds {
   /** Within this time of its last answer, a holder's session is declared lost and its signals abort. */
   clientLossMs: number;
   tcpUserTimeoutMs: number;
@@ -56,7 +56,7 @@ export function deadClientBounds(keepaliveMs: number, deadlineMs: number): DeadC
 }
 
 /** The settings, in the order they are applied; a server that lacks one (older version) skips it. */
-export function pinnedSessionSettings(bounds: DeadClientBounds): [name: string, value: string][] {
+function pinnedSessionSettings(bounds: DeadClientBounds): [name: string, value: string][] {
   return [
     ['tcp_keepalives_idle', String(bounds.keepalivesIdleS)],
     ['tcp_keepalives_interval', String(bounds.keepalivesIntervalS)],
@@ -141,12 +141,21 @@ export class PinnedSessionSettings {
     tell(Number(table.value));
   }
 
+  /**
+   * Once: what an older server lacks. A timeout it lacks is one that cannot kill a holder (nothing to
+   * turn off: debug); lacking a detection setting weakens the dead-client bounds, which matters (info).
+   */
   private reportMissing(wanted: [string, string][], applied: Set<string>): void {
     if (this.reportedMissing) return;
-    const missing = wanted.map(([n]) => n).filter((n) => !applied.has(n));
+    const missing = wanted.filter(([n]) => !applied.has(n));
     if (missing.length === 0) return;
     this.reportedMissing = true;
-    this.logger.info({ settings: missing }, 'pgfence: this PostgreSQL lacks some pinned-session settings (older version); carrying on without them');
+    const weaker = missing.filter(([, value]) => value !== '0').map(([n]) => n);
+    const off = missing.filter(([, value]) => value === '0').map(([n]) => n);
+    if (weaker.length > 0) {
+      this.logger.info({ settings: weaker }, 'pgfence: this PostgreSQL lacks some dead-client detection settings (older version): a partitioned holder is dropped later than documented');
+    }
+    if (off.length > 0) this.logger.debug({ settings: off }, 'pgfence: this PostgreSQL lacks some timeouts (older version): none to turn off on pinned sessions');
   }
 }
 

@@ -11,9 +11,9 @@ import { Session, type StatementText } from './session.js';
  */
 export const HEAVY_HOLDS = 256;
 /** Lock tries placed in one synchronous run (one tick) beyond this many are a burst: they go to the bulk slot. */
-export const BURST = 64;
+const BURST = 64;
 /** A waiter session with nothing to do for this many keepalive periods is closed (opened again on need). */
-export const WAITER_IDLE_PERIODS = 6;
+const WAITER_IDLE_PERIODS = 6;
 
 /**
  * A fixed number of session slots. A key maps to a slot by its low bits, so a key's lock, its waiter

@@ -46,7 +46,7 @@ type OpRow = { i?: number; r: number; token?: string | null };
 const tokenOf = (row: OpRow) => (row.token == null ? null : BigInt(row.token));
 
 /** An operation code of the session's statement set (OpStatements): the session does not know what it means. */
-export type OpCode = number;
+type OpCode = number;
 
 export const probeSql = { name: 'pgfence_probe', text: 'SELECT 1' };
 
@@ -55,7 +55,7 @@ export type { StatementText } from './statement-query.js';
 /** The code of a statement taken back before it was sent (Session.statement's `withdraw`). */
 export const WITHDRAWN = 'PGFENCE_WITHDRAWN';
 
-export interface SessionOptions {
+interface SessionOptions {
   id: number;
   source: ConnectionSource;
   keepaliveMs: number;

@@ -8,7 +8,7 @@ import { WaitCount, WaitLine } from './wait-line.js';
 export const closedError = () => new LockerClosedError('the locker was closed');
 
 /** A request for a named resource (a lease, a semaphore), as the observer reports it. */
-export interface TargetRequest extends LineRequest {
+interface TargetRequest extends LineRequest {
   target: LockTarget;
 }
 
@@ -65,7 +65,7 @@ export class WaitLines<R extends TargetRequest, H extends HeldLockInfo & { relea
         granted: (_request, handle, waitMs) => this.observer.acquired(handle, waitMs),
         contention: (request) => this.observer.contention(info(request)),
         timeout: (request, waitMs) => this.observer.timeout(info(request), waitMs),
-        timeoutError: (request) => new LockTimeoutError(request.target.name, request.target.key, request.timeoutMs),
+        timeoutError: (request) => new LockTimeoutError(request.target.name, request.target.key, request.timeoutMs, this.kind),
         idle: () => {
           if (this.lines.get(key) === line) this.lines.delete(key);
         },

@@ -6,9 +6,9 @@ export interface LogEntry {
   msg: string;
 }
 
-/** A logger that keeps every entry, in order, with its level. */
+/** A logger that keeps every entry, in order, with its level (it asks for everything: level 'debug'). */
 export function capturingLogger(): { entries: LogEntry[]; logger: Logger } {
   const entries: LogEntry[] = [];
   const at = (level: LogEntry['level']) => (obj: object, msg?: string) => void entries.push({ level, obj: obj as Record<string, unknown>, msg: msg ?? '' });
-  return { entries, logger: { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') } };
+  return { entries, logger: { level: 'debug', debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') } };
 }

@@ -24,7 +24,7 @@ interface Round {
 }
 
 /** One round: a warm-up, then a measuring window; the time from each release to the next grant. */
-export async function handoffRound(workers: number, warmupMs: number, measureMs: number, acquire: Acquire): Promise<Round> {
+async function handoffRound(workers: number, warmupMs: number, measureMs: number, acquire: Acquire): Promise<Round> {
   let phase: 'warmup' | 'measure' | 'stop' = 'warmup';
   let holder: number | null = null; // who holds the lock now, as this process sees it
   let lastHolder: number | null = null;
@@ -60,7 +60,7 @@ export async function handoffRound(workers: number, warmupMs: number, measureMs:
   return r;
 }
 
-export interface HandoffSummary {
+interface HandoffSummary {
   p50: number;
   p99: number;
   over10ms: number;
@@ -72,7 +72,7 @@ export interface HandoffSummary {
   minWorkerShare: number;
 }
 
-export function summarize(rounds: Round[]): HandoffSummary {
+function summarize(rounds: Round[]): HandoffSummary {
   const sum = (f: (r: Round) => number) => rounds.reduce((acc, r) => acc + f(r), 0);
   const latencies = rounds.flatMap((r) => r.latencies);
   const grants = sum((r) => r.grants);
@@ -156,4 +156,4 @@ export async function handoff(ctx: BenchContext): Promise<void> {
   ctx.note(`3. grants/s per round: ${workers} lockers ${fmt.list(own.roundRates)}; baseline ${fmt.list(base.roundRates)}; 1 locker ${fmt.list(one.roundRates)}`);
 }
 
-export const rangeOf = (xs: number[]) => (xs.length > 1 ? `${fmt.ratio(Math.min(...xs))}..${fmt.ratio(Math.max(...xs))}` : '');
+const rangeOf = (xs: number[]) => (xs.length > 1 ? `${fmt.ratio(Math.min(...xs))}..${fmt.ratio(Math.max(...xs))}` : '');

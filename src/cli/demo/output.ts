@@ -30,7 +30,7 @@ export function colourWanted(stream: NodeJS.WriteStream): boolean {
 }
 
 /** Visible length (without ANSI sequences). */
-export function visibleLength(s: string): number {
+function visibleLength(s: string): number {
   return [...s.replace(/\x1b\[[0-9;]*m/g, '')].length;
 }
 
@@ -65,6 +65,3 @@ export function rel(ms: number): string {
   return `+${(ms / 1000).toFixed(2)}s`;
 }
 
-export function seconds(ms: number, digits = 1): string {
-  return `${(ms / 1000).toFixed(digits)} s`;
-}

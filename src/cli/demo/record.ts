@@ -33,7 +33,7 @@ export interface Holding {
   writes: WriteRecord[];
 }
 
-export interface PauseRecord {
+interface PauseRecord {
   worker: string;
   token: bigint;
   how: 'stop' | 'block';

@@ -7,7 +7,7 @@ import { LOCK_NAME, StoryEvents, type StoryOptions } from './story-events.js';
 import { CONTROL_TABLE, FENCED_TABLE, readCounters, ROW_ID } from './tables.js';
 import { startWorker, type WorkerProcess } from './worker-process.js';
 
-export interface ScenarioOptions extends StoryOptions {
+interface ScenarioOptions extends StoryOptions {
   url: string;
   workers: number;
   ttlMs: number;

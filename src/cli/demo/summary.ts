@@ -1,7 +1,7 @@
 import { WIDTH, wrap, type Style } from './output.js';
 import type { DemoRecord } from './record.js';
 
-export interface TableSummary {
+interface TableSummary {
   /** Writes the database reported as applied (each one an increment). */
   acknowledged: number;
   /** Writes sent after the writer's lease had passed to a newer token. */
@@ -65,7 +65,7 @@ export function summarize(r: DemoRecord): Summary {
 const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
 
 /** The headline: fenced vs unfenced, in one breath. */
-export function headline(s: Summary): [string, string] {
+function headline(s: Summary): [string, string] {
   const refused = plural(s.fenced.staleRefused, 'stale write');
   const avoided = s.fenced.avoided > 0 ? `, ${plural(s.fenced.avoided, 'lost update')} avoided` : '';
   return [

@@ -204,7 +204,7 @@ export function timelineSvg(r: DemoRecord, s: Summary): string {
 }
 
 /** Whether the grants' tokens skip numbers (contenders that lost a race for the lease drew some). */
-export function tokensSkipped(s: Summary): boolean {
+function tokensSkipped(s: Summary): boolean {
   return s.firstToken !== null && s.lastToken !== null && Number(s.lastToken - s.firstToken) + 1 > s.grants;
 }
 
