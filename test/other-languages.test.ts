@@ -71,7 +71,7 @@ describe.each(Object.keys(PROGRAMS) as ClientName[])('examples/other-languages w
 
     const first = await runOk(client, childEnv({ DATABASE_URL: db.url }));
     // Again, from the PG* environment alone: the tables exist now, the tokens go on from the same counter.
-    const pgEnv = { PGHOST: u.hostname, PGPORT: u.port || '5432', PGUSER: decodeURIComponent(u.username), PGDATABASE: u.pathname.slice(1) };
+    const pgEnv = { PGHOST: u.hostname, PGPORT: u.port || '5432', PGUSER: decodeURIComponent(u.username), PGDATABASE: u.pathname.slice(1), ...(u.password ? { PGPASSWORD: decodeURIComponent(u.password) } : {}) };
     const second = await runOk(client, childEnv(pgEnv));
     expect(second.lease > first.lock).toBe(true);
 
