@@ -1,0 +1,257 @@
+/**
+ * The public SQL interface from plain connections, as a client in another language would use it:
+ * fenced session locks (try_lock_fenced / lock_fenced / unlock), leases (try_lease / lease /
+ * renew_lease / release_lease) and fenced transaction locks (try_xact_lock_fenced / xact_lock_fenced).
+ * Keys come from pgfence.lock_key in SQL. Every error here is the driver's (no PgfenceError in SQL).
+ */
+import pg from 'pg';
+import { now } from '../history.js';
+import { detectionBoundMs, driver, type KindAdapter, type KindContext, type KindHold, LossNotice, rawClientConfig, Serial, transactionHold } from './kind.js';
+import { STATEMENT_GUARD_MS } from './xact-pg.js';
+
+/** The actor's one connection, opened again after it broke; its statements one at a time. */
+class Connection {
+  private client: pg.Client | null = null;
+  readonly serial = new Serial();
+  /** Told when the current client breaks (its session, and what it held, is gone). */
+  onBroken: (() => void) | null = null;
+
+  constructor(private readonly url: string) {}
+
+  async get(): Promise<pg.Client> {
+    if (this.client) return this.client;
+    const client = new pg.Client(rawClientConfig(this.url, STATEMENT_GUARD_MS));
+    const broken = () => {
+      if (this.client !== client) return;
+      this.client = null;
+      client.end().catch(() => {});
+      this.onBroken?.();
+    };
+    client.on('error', broken);
+    client.on('end', broken);
+    await driver(() => client.connect());
+    this.client = client;
+    return client;
+  }
+
+  async query<R extends pg.QueryResultRow>(text: string, values: unknown[] = []): Promise<R[]> {
+    const client = await this.get();
+    return (await driver(() => client.query<R>(text, values))).rows;
+  }
+
+  async close(): Promise<void> {
+    const client = this.client;
+    this.client = null;
+    await client?.end().catch(() => {});
+  }
+}
+
+const token = (v: string | null): bigint | null => (v === null ? null : BigInt(v));
+const isState = (err: unknown, code: string) => (err as { code?: unknown } | null)?.code === code;
+
+export const sqlLock: KindAdapter = {
+  kind: 'sql-lock',
+  family: 'session',
+  modes: ['exclusive'],
+  supports: { try: true, abort: false, renew: false },
+  tokens: true,
+  lossWindowMs: detectionBoundMs,
+  destroyedBy: ['backend-kill', 'restart'],
+  open: async (ctx) => {
+    const conn = new Connection(ctx.url);
+    return {
+      acquire: ({ name, timeoutMs }) =>
+        conn.serial.run(async () => {
+          let got: bigint | null;
+          if (timeoutMs === null) {
+            got = token((await conn.query<{ t: string | null }>('SELECT pgfence.try_lock_fenced(pgfence.lock_key($1))::text AS t', [name]))[0]!.t);
+          } else {
+            // As the interface documents: bound the wait with statement_timeout.
+            await conn.query(`SELECT set_config('statement_timeout', $1, false)`, [String(Math.max(1, timeoutMs))]);
+            try {
+              got = token((await conn.query<{ t: string }>('SELECT pgfence.lock_fenced(pgfence.lock_key($1))::text AS t', [name]))[0]!.t);
+            } catch (err) {
+              if (!isState(err, '57014')) throw err;
+              got = null;
+            } finally {
+              await conn.query(`SELECT set_config('statement_timeout', '0', false)`).catch(() => {});
+            }
+          }
+          if (got === null) return null;
+          const notice = new LossNotice();
+          conn.onBroken = () => notice.fire('session-lost');
+          let released = false;
+          const hold: KindHold = {
+            token: got,
+            tokenDurable: true,
+            // The session answered: it still holds its session locks.
+            believe: () =>
+              conn.serial.run(async () => {
+                if (released || notice.lost) return false;
+                try {
+                  await conn.query('SELECT 1');
+                  return !notice.lost;
+                } catch {
+                  return false;
+                }
+              }),
+            onLost: (listener) => notice.on(listener),
+            release: () =>
+              conn.serial.run(async () => {
+                released = true;
+                if (notice.lost) return { released: false };
+                try {
+                  const rows = await conn.query<{ ok: boolean }>('SELECT pgfence.unlock(pgfence.lock_key($1)) AS ok', [name]);
+                  return { released: rows[0]!.ok };
+                } catch {
+                  return { released: false };
+                }
+              }),
+          };
+          return hold;
+        }),
+      close: () => conn.close(),
+    };
+  },
+};
+
+/** How much earlier than the database's expiry an SQL lease holder stops trusting its lease. */
+const leaseMarginMs = (ttlMs: number) => Math.max(50, ttlMs * 0.1);
+
+function sqlLeaseHold(conn: Connection, ctx: KindContext, name: string, leaseToken: bigint, sentAt: number): KindHold {
+  const notice = new LossNotice();
+  let deadline = sentAt + ctx.leaseTtlMs - leaseMarginMs(ctx.leaseTtlMs);
+  let ended = false;
+  let timer: NodeJS.Timeout | null = null;
+  const stop = () => {
+    ended = true;
+    if (timer) clearTimeout(timer);
+  };
+  const lose = (reason: string) => {
+    stop();
+    notice.fire(reason);
+  };
+  const believe = () => {
+    if (!ended && now() >= deadline) lose('lease-expired');
+    return !ended;
+  };
+  const renew = () =>
+    conn.serial.run(async () => {
+      if (!believe()) return false;
+      const sent = now();
+      const rows = await conn.query<{ e: Date | null }>('SELECT pgfence.renew_lease(pgfence.lock_key($1), $2, $3) AS e', [name, String(leaseToken), ctx.leaseTtlMs]);
+      if (rows[0]!.e === null) {
+        lose('lease-lost');
+        return false;
+      }
+      if (!ended) deadline = sent + ctx.leaseTtlMs - leaseMarginMs(ctx.leaseTtlMs);
+      return !ended;
+    });
+  // A well-behaved client renews a third of the way into its TTL; the deadline still bounds it.
+  const schedule = () => {
+    timer = setTimeout(() => {
+      if (!believe()) return;
+      renew().then(
+        () => !ended && schedule(),
+        () => !ended && schedule(),
+      );
+    }, ctx.leaseTtlMs / 3);
+  };
+  schedule();
+  return {
+    token: leaseToken,
+    tokenDurable: true,
+    believe,
+    onLost: (listener) => notice.on(listener),
+    renew,
+    release: () =>
+      conn.serial.run(async () => {
+        stop();
+        const rows = await conn.query<{ ok: boolean }>('SELECT pgfence.release_lease(pgfence.lock_key($1), $2) AS ok', [name, String(leaseToken)]);
+        return { released: rows[0]!.ok };
+      }),
+  };
+}
+
+export const sqlLease: KindAdapter = {
+  kind: 'sql-lease',
+  family: 'lease',
+  modes: ['exclusive'],
+  supports: { try: true, abort: false, renew: true },
+  tokens: true,
+  lossWindowMs: () => 0,
+  destroyedBy: [],
+  open: async (ctx) => {
+    const conn = new Connection(ctx.url);
+    return {
+      acquire: ({ name, timeoutMs }) =>
+        conn.serial.run(async () => {
+          const sent = now();
+          if (timeoutMs === null) {
+            const rows = await conn.query<{ granted: boolean; t: string }>('SELECT granted, token::text AS t FROM pgfence.try_lease(pgfence.lock_key($1), $2, $3, $1)', [
+              name,
+              ctx.leaseTtlMs,
+              ctx.owner,
+            ]);
+            return rows[0]!.granted ? sqlLeaseHold(conn, ctx, name, BigInt(rows[0]!.t), sent) : null;
+          }
+          const rows = await conn.query<{ t: string | null }>('SELECT pgfence.lease(pgfence.lock_key($1), $2, $3, $4, $1)::text AS t', [name, ctx.leaseTtlMs, timeoutMs, ctx.owner]);
+          const got = token(rows[0]!.t);
+          if (got === null) return null;
+          // The wait may have taken most of the TTL: renew at once, so the deadline counts from a known send.
+          const renewedAt = now();
+          const renewed = await conn.query<{ e: Date | null }>('SELECT pgfence.renew_lease(pgfence.lock_key($1), $2, $3) AS e', [name, String(got), ctx.leaseTtlMs]);
+          const hold = sqlLeaseHold(conn, ctx, name, got, renewed[0]!.e === null ? -Infinity : renewedAt);
+          return hold;
+        }),
+      close: () => conn.close(),
+    };
+  },
+};
+
+export const sqlXact: KindAdapter = {
+  kind: 'sql-xact',
+  family: 'xact',
+  modes: ['exclusive'],
+  supports: { try: true, abort: false, renew: false },
+  tokens: true,
+  lossWindowMs: detectionBoundMs,
+  destroyedBy: ['backend-kill', 'restart'],
+  open: async (ctx) => {
+    const conn = new Connection(ctx.url);
+    return {
+      acquire: ({ name, timeoutMs }) =>
+        conn.serial.run(async () => {
+          await conn.query('BEGIN');
+          try {
+            let got: bigint | null;
+            if (timeoutMs === null) {
+              got = token((await conn.query<{ t: string | null }>('SELECT pgfence.try_xact_lock_fenced(pgfence.lock_key($1))::text AS t', [name]))[0]!.t);
+            } else {
+              await conn.query(`SELECT set_config('lock_timeout', $1, true)`, [String(Math.max(1, timeoutMs))]);
+              try {
+                got = token((await conn.query<{ t: string }>('SELECT pgfence.xact_lock_fenced(pgfence.lock_key($1))::text AS t', [name]))[0]!.t);
+              } catch (err) {
+                if (!isState(err, '55P03')) throw err;
+                got = null;
+              }
+            }
+            if (got === null) {
+              await conn.query('ROLLBACK');
+              return null;
+            }
+            return transactionHold(got, {
+              ping: () => conn.query('SELECT 1'),
+              commit: () => conn.query('COMMIT'),
+              rollback: () => conn.query('ROLLBACK'),
+              write: async (write) => write({ pg: await conn.get() }),
+            });
+          } catch (err) {
+            await conn.query('ROLLBACK').catch(() => {});
+            throw err;
+          }
+        }),
+      close: () => conn.close(),
+    };
+  },
+};

@@ -1,0 +1,59 @@
+/** Transaction advisory locks (xactLock / tryXactLock) on node-postgres clients, one transaction per hold. */
+import { tryXactLock, xactLock } from '../../../src/index.js';
+import { detectionBoundMs, driver, type KindAdapter, transactionHold, transactionPool } from './kind.js';
+
+/** A hang guard on the test's own statements (pgfence bounds its own); far above any answer PostgreSQL owes. */
+export const STATEMENT_GUARD_MS = 20_000;
+
+export const xactPg: KindAdapter = {
+  kind: 'xact-pg',
+  family: 'xact',
+  modes: ['exclusive', 'shared'],
+  supports: { try: true, abort: true, renew: false },
+  tokens: true,
+  lossWindowMs: detectionBoundMs,
+  destroyedBy: ['backend-kill', 'restart'],
+  open: async (ctx) => {
+    const pool = transactionPool(ctx.url, STATEMENT_GUARD_MS);
+    return {
+      acquire: async ({ name, mode, timeoutMs, signal }) => {
+        const client = await driver(() => pool.connect());
+        let done = false;
+        const finish = (broken: boolean) => {
+          if (done) return;
+          done = true;
+          client.release(broken);
+        };
+        try {
+          await driver(() => client.query('BEGIN'));
+          const opts = { mode, signal, fencing: mode === 'exclusive' };
+          const result = timeoutMs === null ? await tryXactLock(client, name, opts) : await xactLock(client, name, { ...opts, timeoutMs });
+          if (!result) {
+            await driver(() => client.query('ROLLBACK'));
+            finish(false);
+            return null;
+          }
+          return transactionHold(result.token, {
+            ping: () => client.query('SELECT 1'),
+            commit: async () => {
+              try {
+                await client.query('COMMIT');
+                finish(false);
+              } catch (err) {
+                finish(true);
+                throw err;
+              }
+            },
+            rollback: async () => finish(true),
+            write: (write) => write({ pg: client }),
+          });
+        } catch (err) {
+          await client.query('ROLLBACK').catch(() => {});
+          finish(true);
+          throw err;
+        }
+      },
+      close: () => pool.end(),
+    };
+  },
+};
