@@ -196,7 +196,8 @@ export class ActorHost {
       if (!belief) return this.lost(hold.record, 'not believed');
       if (hold.record.end !== undefined) return;
       this.o.emit({ type: 'act', record: { hold: hold.record.id, from, to } });
-      if (++this.acts % this.o.writeEvery === 0) void this.write();
+      // A write on the first act, then every few.
+      if (this.acts++ % this.o.writeEvery === 0) void this.write();
     } catch {
       // believe() of a statement failed: the next act (or the hold's loss notice) says so.
     } finally {

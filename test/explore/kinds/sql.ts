@@ -7,42 +7,80 @@
 import pg from 'pg';
 import { now } from '../history.js';
 import { detectionBoundMs, driver, type KindAdapter, type KindContext, type KindHold, LossNotice, rawClientConfig, Serial, transactionHold } from './kind.js';
-import { STATEMENT_GUARD_MS } from './xact-pg.js';
 
-/** The actor's one connection, opened again after it broke; its statements one at a time. */
+/**
+ * The actor's one connection, opened again after it broke; its statements one at a time, each bounded
+ * client-side as a careful client bounds them (the wait it asked for plus the detection bound). A hold
+ * is bound to the client it was granted on: once that one broke, its statements fail (a new
+ * connection holds nothing of the old one's).
+ */
 class Connection {
   private client: pg.Client | null = null;
+  private inFlight = 0;
   readonly serial = new Serial();
   /** Told when the current client breaks (its session, and what it held, is gone). */
   onBroken: (() => void) | null = null;
 
-  constructor(private readonly url: string) {}
+  constructor(
+    private readonly url: string,
+    private readonly boundMs: number,
+  ) {}
 
   async get(): Promise<pg.Client> {
     if (this.client) return this.client;
-    const client = new pg.Client(rawClientConfig(this.url, STATEMENT_GUARD_MS));
-    const broken = () => {
-      if (this.client !== client) return;
-      this.client = null;
-      client.end().catch(() => {});
-      this.onBroken?.();
-    };
-    client.on('error', broken);
-    client.on('end', broken);
+    const client = new pg.Client(rawClientConfig(this.url, this.boundMs));
+    client.on('error', () => this.break(client));
+    client.on('end', () => this.break(client));
     await driver(() => client.connect());
     this.client = client;
     return client;
   }
 
-  async query<R extends pg.QueryResultRow>(text: string, values: unknown[] = []): Promise<R[]> {
-    const client = await this.get();
-    return (await driver(() => client.query<R>(text, values))).rows;
+  private break(client: pg.Client): void {
+    if (this.client !== client) return;
+    this.client = null;
+    client.end().catch(() => {});
+    this.onBroken?.();
   }
 
+  /** A statement on the current connection (a new one when it broke). */
+  async query<R extends pg.QueryResultRow>(text: string, values: unknown[] = [], waitMs = 0): Promise<R[]> {
+    return this.on<R>(await this.get(), text, values, waitMs);
+  }
+
+  /** A statement on `client` only: fails when that one broke. */
+  on<R extends pg.QueryResultRow>(client: pg.Client, text: string, values: unknown[] = [], waitMs = 0): Promise<R[]> {
+    return driver(async () => {
+      if (this.client !== client) throw new Error('explore: the connection of this hold broke');
+      this.inFlight++;
+      try {
+        // query_timeout per query: node-postgres reads it from the query config (its types leave it out).
+        const config = { text, values, query_timeout: waitMs + this.boundMs } as pg.QueryConfig;
+        return (await client.query<R>(config)).rows;
+      } catch (err) {
+        // Unanswered: node-postgres keeps waiting for that answer before any other, so the connection is done.
+        if ((err as { code?: unknown }).code === undefined) this.break(client);
+        throw err;
+      } finally {
+        this.inFlight--;
+      }
+    });
+  }
+
+  /** Ends the connection; a statement still running is cancelled first (its backend would go on waiting). */
   async close(): Promise<void> {
     const client = this.client;
     this.client = null;
-    await client?.end().catch(() => {});
+    if (!client) return;
+    if (this.inFlight > 0) {
+      const side = new pg.Client(rawClientConfig(this.url, this.boundMs));
+      await side
+        .connect()
+        .then(() => side.query('SELECT pg_cancel_backend($1)', [(client as unknown as { processID: number }).processID]))
+        .catch(() => {})
+        .finally(() => side.end().catch(() => {}));
+    }
+    await client.end().catch(() => {});
   }
 }
 
@@ -58,23 +96,24 @@ export const sqlLock: KindAdapter = {
   lossWindowMs: detectionBoundMs,
   destroyedBy: ['backend-kill', 'restart'],
   open: async (ctx) => {
-    const conn = new Connection(ctx.url);
+    const conn = new Connection(ctx.url, detectionBoundMs(ctx.keepaliveMs));
     return {
       acquire: ({ name, timeoutMs }) =>
         conn.serial.run(async () => {
+          const client = await conn.get();
           let got: bigint | null;
           if (timeoutMs === null) {
-            got = token((await conn.query<{ t: string | null }>('SELECT pgfence.try_lock_fenced(pgfence.lock_key($1))::text AS t', [name]))[0]!.t);
+            got = token((await conn.on<{ t: string | null }>(client, 'SELECT pgfence.try_lock_fenced(pgfence.lock_key($1))::text AS t', [name]))[0]!.t);
           } else {
             // As the interface documents: bound the wait with statement_timeout.
-            await conn.query(`SELECT set_config('statement_timeout', $1, false)`, [String(Math.max(1, timeoutMs))]);
+            await conn.on(client, `SELECT set_config('statement_timeout', $1, false)`, [String(Math.max(1, timeoutMs))]);
             try {
-              got = token((await conn.query<{ t: string }>('SELECT pgfence.lock_fenced(pgfence.lock_key($1))::text AS t', [name]))[0]!.t);
+              got = token((await conn.on<{ t: string }>(client, 'SELECT pgfence.lock_fenced(pgfence.lock_key($1))::text AS t', [name], timeoutMs))[0]!.t);
             } catch (err) {
               if (!isState(err, '57014')) throw err;
               got = null;
             } finally {
-              await conn.query(`SELECT set_config('statement_timeout', '0', false)`).catch(() => {});
+              await conn.on(client, `SELECT set_config('statement_timeout', '0', false)`).catch(() => {});
             }
           }
           if (got === null) return null;
@@ -89,7 +128,7 @@ export const sqlLock: KindAdapter = {
               conn.serial.run(async () => {
                 if (released || notice.lost) return false;
                 try {
-                  await conn.query('SELECT 1');
+                  await conn.on(client, 'SELECT 1');
                   return !notice.lost;
                 } catch {
                   return false;
@@ -101,7 +140,7 @@ export const sqlLock: KindAdapter = {
                 released = true;
                 if (notice.lost) return { released: false };
                 try {
-                  const rows = await conn.query<{ ok: boolean }>('SELECT pgfence.unlock(pgfence.lock_key($1)) AS ok', [name]);
+                  const rows = await conn.on<{ ok: boolean }>(client, 'SELECT pgfence.unlock(pgfence.lock_key($1)) AS ok', [name]);
                   return { released: rows[0]!.ok };
                 } catch {
                   return { released: false };
@@ -166,6 +205,8 @@ function sqlLeaseHold(conn: Connection, ctx: KindContext, name: string, leaseTok
     renew,
     release: () =>
       conn.serial.run(async () => {
+        // Lost on its own deadline: nothing to give back (the row runs out by itself), as the Node API answers.
+        if (!believe()) return { released: false };
         stop();
         const rows = await conn.query<{ ok: boolean }>('SELECT pgfence.release_lease(pgfence.lock_key($1), $2) AS ok', [name, String(leaseToken)]);
         return { released: rows[0]!.ok };
@@ -182,7 +223,7 @@ export const sqlLease: KindAdapter = {
   lossWindowMs: () => 0,
   destroyedBy: [],
   open: async (ctx) => {
-    const conn = new Connection(ctx.url);
+    const conn = new Connection(ctx.url, detectionBoundMs(ctx.keepaliveMs));
     return {
       acquire: ({ name, timeoutMs }) =>
         conn.serial.run(async () => {
@@ -195,7 +236,7 @@ export const sqlLease: KindAdapter = {
             ]);
             return rows[0]!.granted ? sqlLeaseHold(conn, ctx, name, BigInt(rows[0]!.t), sent) : null;
           }
-          const rows = await conn.query<{ t: string | null }>('SELECT pgfence.lease(pgfence.lock_key($1), $2, $3, $4, $1)::text AS t', [name, ctx.leaseTtlMs, timeoutMs, ctx.owner]);
+          const rows = await conn.query<{ t: string | null }>('SELECT pgfence.lease(pgfence.lock_key($1), $2, $3, $4, $1)::text AS t', [name, ctx.leaseTtlMs, timeoutMs, ctx.owner], timeoutMs);
           const got = token(rows[0]!.t);
           if (got === null) return null;
           // The wait may have taken most of the TTL: renew at once, so the deadline counts from a known send.
@@ -218,36 +259,37 @@ export const sqlXact: KindAdapter = {
   lossWindowMs: detectionBoundMs,
   destroyedBy: ['backend-kill', 'restart'],
   open: async (ctx) => {
-    const conn = new Connection(ctx.url);
+    const conn = new Connection(ctx.url, detectionBoundMs(ctx.keepaliveMs));
     return {
       acquire: ({ name, timeoutMs }) =>
         conn.serial.run(async () => {
-          await conn.query('BEGIN');
+          const client = await conn.get();
+          await conn.on(client, 'BEGIN');
           try {
             let got: bigint | null;
             if (timeoutMs === null) {
-              got = token((await conn.query<{ t: string | null }>('SELECT pgfence.try_xact_lock_fenced(pgfence.lock_key($1))::text AS t', [name]))[0]!.t);
+              got = token((await conn.on<{ t: string | null }>(client, 'SELECT pgfence.try_xact_lock_fenced(pgfence.lock_key($1))::text AS t', [name]))[0]!.t);
             } else {
-              await conn.query(`SELECT set_config('lock_timeout', $1, true)`, [String(Math.max(1, timeoutMs))]);
+              await conn.on(client, `SELECT set_config('lock_timeout', $1, true)`, [String(Math.max(1, timeoutMs))]);
               try {
-                got = token((await conn.query<{ t: string }>('SELECT pgfence.xact_lock_fenced(pgfence.lock_key($1))::text AS t', [name]))[0]!.t);
+                got = token((await conn.on<{ t: string }>(client, 'SELECT pgfence.xact_lock_fenced(pgfence.lock_key($1))::text AS t', [name], timeoutMs))[0]!.t);
               } catch (err) {
                 if (!isState(err, '55P03')) throw err;
                 got = null;
               }
             }
             if (got === null) {
-              await conn.query('ROLLBACK');
+              await conn.on(client, 'ROLLBACK');
               return null;
             }
             return transactionHold(got, {
-              ping: () => conn.query('SELECT 1'),
-              commit: () => conn.query('COMMIT'),
-              rollback: () => conn.query('ROLLBACK'),
-              write: async (write) => write({ pg: await conn.get() }),
+              ping: () => conn.on(client, 'SELECT 1'),
+              commit: () => conn.on(client, 'COMMIT'),
+              rollback: () => conn.on(client, 'ROLLBACK'),
+              write: (write) => write({ pg: client }),
             });
           } catch (err) {
-            await conn.query('ROLLBACK').catch(() => {});
+            await conn.on(client, 'ROLLBACK').catch(() => {});
             throw err;
           }
         }),

@@ -15,6 +15,8 @@ export const xactPg: KindAdapter = {
   destroyedBy: ['backend-kill', 'restart'],
   open: async (ctx) => {
     const pool = transactionPool(ctx.url, STATEMENT_GUARD_MS);
+    /** The clients of transactions still open: a close ends them (pool.end() waits for every checked-out client). */
+    const open = new Set<() => void>();
     return {
       acquire: async ({ name, mode, timeoutMs, signal }) => {
         const client = await driver(() => pool.connect());
@@ -22,8 +24,11 @@ export const xactPg: KindAdapter = {
         const finish = (broken: boolean) => {
           if (done) return;
           done = true;
+          open.delete(abandon);
           client.release(broken);
         };
+        const abandon = () => finish(true);
+        open.add(abandon);
         try {
           await driver(() => client.query('BEGIN'));
           const opts = { mode, signal, fencing: mode === 'exclusive' };
@@ -53,7 +58,10 @@ export const xactPg: KindAdapter = {
           throw err;
         }
       },
-      close: () => pool.end(),
+      close: async () => {
+        for (const abandon of open) abandon();
+        await pool.end();
+      },
     };
   },
 };
