@@ -2,8 +2,11 @@
 // test/explore/checker.ts. The seed is printed; replay one with
 //   npm run test:explore -- --seed N --minutes M
 // (PGFENCE_EXPLORE_SEED / PGFENCE_EXPLORE_MINUTES). Without them: one short round, a new seed each run.
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, expect, inject, it } from 'vitest';
 import { type PrivateCluster, privateClusterUnavailable, startPrivateCluster } from './support/cluster.js';
+import { stringifyHistory } from './explore/history-json.js';
 import { exploreRound, type RoundResult } from './explore/run.js';
 
 const SHORT_ROUND_MS = 30_000;
@@ -13,6 +16,8 @@ const minutes = Number(process.env.PGFENCE_EXPLORE_MINUTES ?? 0);
 const firstSeed = seedFromEnv === undefined ? Math.floor(Math.random() * 2 ** 31) : Number(seedFromEnv);
 const totalMs = minutes > 0 ? minutes * 60_000 : SHORT_ROUND_MS;
 const requireTopology = process.env.PGFENCE_REQUIRE_TOPOLOGY_TESTS === '1';
+/** A folder to save each round's history in (explore-<seed>.json), for a closer look. */
+const saveTo = process.env.PGFENCE_EXPLORE_SAVE;
 
 const summary = (r: RoundResult) =>
   `seed ${r.seed}: ${r.history.ops.length} calls, ${r.history.holds.length} grants, ${r.history.acts.length} acts, ` +
@@ -35,6 +40,7 @@ describe('exploration', () => {
         const durationMs = Math.min(minutes > 0 ? ROUND_MS : SHORT_ROUND_MS, Math.max(10_000, totalMs - (Date.now() - started)));
         const result = await exploreRound({ seed, durationMs, serverUrl, cluster, log: (line) => console.log(`[explore] ${line}`) });
         console.log(`[explore] ${summary(result)}`);
+        if (saveTo) writeFileSync(join(saveTo, `explore-${seed}.json`), stringifyHistory(result.history));
         for (const v of result.violations) failures.push(`seed ${seed}: ${v.type}: ${v.message}`);
       }
     } finally {

@@ -12,8 +12,7 @@ import * as kyselyLocks from '../../src/kysely/index.js';
 import type { ErrorInfo, HoldRecord, Mode, OpName, OpRecord, Recorded, WriteRecord } from './history.js';
 import { now } from './history.js';
 import { detectionBoundMs, type KindAdapter, type KindContext, type KindHold, type KindLocker, type WriteExecutor, type WriteOutcome } from './kinds/index.js';
-import { isDriverError, rawClientConfig } from './kinds/kind.js';
-import { STATEMENT_GUARD_MS } from './kinds/xact-pg.js';
+import { isDriverError, rawClientConfig, statementGuardMs } from './kinds/kind.js';
 
 export type ActorCommand =
   | { op: 'acquire'; name: string; mode: Mode; timeoutMs: number; abortAfterMs?: number }
@@ -70,7 +69,7 @@ export class ActorHost {
   }
 
   private bound(op: OpName, timeoutMs = 0): number {
-    if (op === 'write') return STATEMENT_GUARD_MS + this.o.slackMs;
+    if (op === 'write') return statementGuardMs(this.o.ctx.keepaliveMs) + this.o.slackMs;
     return timeoutMs + detectionBoundMs(this.o.ctx.keepaliveMs) + this.o.slackMs;
   }
 
@@ -137,7 +136,8 @@ export class ActorHost {
       cmd.op,
       fields,
       async (record) => {
-        const granted = await locker.acquire({ name: cmd.name, mode: cmd.mode, timeoutMs, signal: controller?.signal });
+        const started = () => void (record.invokedAt = now());
+        const granted = await locker.acquire({ name: cmd.name, mode: cmd.mode, timeoutMs, signal: controller?.signal, started });
         if (granted) record.hold = this.granted(granted, cmd.name, cmd.mode, requestedAt);
         return granted;
       },
@@ -226,7 +226,7 @@ export class ActorHost {
 
   private pool(): pg.Pool {
     if (!this.writePool) {
-      this.writePool = new pg.Pool({ ...rawClientConfig(this.o.ctx.directUrl, STATEMENT_GUARD_MS), max: 1 });
+      this.writePool = new pg.Pool({ ...rawClientConfig(this.o.ctx.directUrl, statementGuardMs(this.o.ctx.keepaliveMs)), max: 1 });
       this.writePool.on('error', () => {});
     }
     return this.writePool;

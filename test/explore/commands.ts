@@ -12,6 +12,7 @@ import { type FaultRequest, FAULT_TYPES, type Faults } from './faults.js';
 import type { Mode } from './history.js';
 import { now } from './history.js';
 import { checkAfterClose, checkIdle } from './inspect.js';
+import { MAX_WAIT_MS } from './kinds/kind.js';
 import type { Actor, World } from './world.js';
 
 export interface Model {
@@ -35,7 +36,7 @@ export interface Explorer {
 
 type Cmd = fc.AsyncCommand<Model, Explorer>;
 
-const TIMEOUTS_MS = [0, 50, 250, 1000, 3000];
+const TIMEOUTS_MS = [0, 50, 250, 1000, MAX_WAIT_MS];
 
 const count = (x: Explorer, what: string) => void (x.counts[what] = (x.counts[what] ?? 0) + 1);
 

@@ -158,3 +158,7 @@ export type Recorded =
   | { type: 'hold'; record: HoldRecord }
   | { type: 'act'; record: ActRecord }
   | { type: 'write'; record: WriteRecord };
+
+export function emptyHistory(config: ExploreConfig): History {
+  return { config, ops: [], holds: [], acts: [], writes: [], writeLog: [], faults: [], held: [], processOf: {}, stopped: {} };
+}

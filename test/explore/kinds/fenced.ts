@@ -12,7 +12,8 @@ export const fenced: KindAdapter = {
   open: async (ctx) => {
     const locker = actorLocker(ctx);
     return {
-      acquire: async ({ name, timeoutMs, signal }) => {
+      acquire: async ({ name, timeoutMs, signal, started }) => {
+        started();
         const handle =
           timeoutMs === null ? await locker.tryAcquire(name, { fencing: true, signal }) : await locker.acquire(name, { fencing: true, timeoutMs, signal });
         return handle && handleHold(handle);

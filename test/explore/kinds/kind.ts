@@ -6,6 +6,7 @@
  * A new kind (lease-backed permits, a pooled locker) is a module like these, listed in ./index.ts.
  */
 import pg from 'pg';
+import { ANSWER_GRACE_MS } from '../../../src/advisory/xact.js';
 import { createLocker, type LockHandle, type Locker } from '../../../src/index.js';
 import type { Family, FaultType, Mode } from '../history.js';
 
@@ -30,6 +31,8 @@ export interface AcquireRequest {
   /** null: one try (tryAcquire and its kin). */
   timeoutMs: number | null;
   signal?: AbortSignal;
+  /** Called right before the pgfence call, after the kind's own preparation (a connection, BEGIN): the call's time counts from here. */
+  started(): void;
 }
 
 /** A fenced write's outcome, as fencedUpdate reports it. */
@@ -78,6 +81,18 @@ export interface KindAdapter {
   /** Faults that certainly end its holds: a release after one must answer false. */
   readonly destroyedBy: readonly FaultType[];
   open(ctx: KindContext): Promise<KindLocker>;
+}
+
+/** The longest wait an exploration asks for (timeoutMs of acquire). */
+export const MAX_WAIT_MS = 3000;
+
+/**
+ * The hang guard on the test's own statements (connect, BEGIN, COMMIT, raw SQL, fenced writes): above
+ * every bound pgfence keeps itself (an xact statement answers within its wait plus ANSWER_GRACE_MS), as
+ * a careful application sets it.
+ */
+export function statementGuardMs(keepaliveMs: number): number {
+  return MAX_WAIT_MS + ANSWER_GRACE_MS + detectionBoundMs(keepaliveMs);
 }
 
 /** The documented bound on loss detection (DESIGN.md, Connections): C = K + D + 2·max(10, K/4), D = max(2K, 2000). */

@@ -16,7 +16,8 @@ export const leader: KindAdapter = {
   open: async (ctx) => {
     const locker = actorLocker(ctx);
     return {
-      acquire: async ({ name, timeoutMs, signal }) => {
+      acquire: async ({ name, timeoutMs, signal, started }) => {
+        started();
         const election = locker.leader(name, { ttlMs: ctx.leaseTtlMs, owner: ctx.owner });
         const timeout = AbortSignal.timeout(timeoutMs ?? 0);
         let epoch: bigint;
@@ -24,7 +25,8 @@ export const leader: KindAdapter = {
           epoch = await election.whenElected({ signal: signal ? AbortSignal.any([signal, timeout]) : timeout });
         } catch (err) {
           await election.resign();
-          if (timeout.aborted && !signal?.aborted) return null;
+          // Our own timeout: not elected in time (the caller's abort reason, or pgfence's error, goes on).
+          if (err === timeout.reason) return null;
           throw err;
         }
         const notice = new LossNotice();

@@ -15,7 +15,8 @@ export const lease: KindAdapter = {
     const locker = actorLocker(ctx);
     const opts = { ttlMs: ctx.leaseTtlMs, owner: ctx.owner };
     return {
-      acquire: async ({ name, timeoutMs, signal }) => {
+      acquire: async ({ name, timeoutMs, signal, started }) => {
+        started();
         const handle = timeoutMs === null ? await locker.tryLease(name, { ...opts, signal }) : await locker.lease(name, { ...opts, timeoutMs, signal });
         return handle && handleHold(handle, { renew: () => handle.renew() });
       },

@@ -12,7 +12,8 @@ export const semaphore: KindAdapter = {
   open: async (ctx) => {
     const locker = actorLocker(ctx);
     return {
-      acquire: async ({ name, timeoutMs, signal }) => {
+      acquire: async ({ name, timeoutMs, signal, started }) => {
+        started();
         const sem = locker.semaphore(name, { permits: ctx.permits[name] ?? 1 });
         const handle = timeoutMs === null ? await sem.tryAcquire({ signal }) : await sem.acquire({ timeoutMs, signal });
         return handle && handleHold(handle);

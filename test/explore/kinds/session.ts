@@ -12,7 +12,8 @@ export const session: KindAdapter = {
   open: async (ctx) => {
     const locker = actorLocker(ctx);
     return {
-      acquire: async ({ name, mode, timeoutMs, signal }) => {
+      acquire: async ({ name, mode, timeoutMs, signal, started }) => {
+        started();
         const handle = timeoutMs === null ? await locker.tryAcquire(name, { mode, signal }) : await locker.acquire(name, { mode, timeoutMs, signal });
         return handle && handleHold(handle);
       },

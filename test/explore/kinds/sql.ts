@@ -6,7 +6,7 @@
  */
 import pg from 'pg';
 import { now } from '../history.js';
-import { detectionBoundMs, driver, type KindAdapter, type KindContext, type KindHold, LossNotice, rawClientConfig, Serial, transactionHold } from './kind.js';
+import { detectionBoundMs, driver, statementGuardMs, type KindAdapter, type KindContext, type KindHold, LossNotice, rawClientConfig, Serial, transactionHold } from './kind.js';
 
 /**
  * The actor's one connection, opened again after it broke; its statements one at a time, each bounded
@@ -96,10 +96,11 @@ export const sqlLock: KindAdapter = {
   lossWindowMs: detectionBoundMs,
   destroyedBy: ['backend-kill', 'restart'],
   open: async (ctx) => {
-    const conn = new Connection(ctx.url, detectionBoundMs(ctx.keepaliveMs));
+    const conn = new Connection(ctx.url, statementGuardMs(ctx.keepaliveMs));
     return {
-      acquire: ({ name, timeoutMs }) =>
+      acquire: ({ name, timeoutMs, started }) =>
         conn.serial.run(async () => {
+          started();
           const client = await conn.get();
           let got: bigint | null;
           if (timeoutMs === null) {
@@ -223,10 +224,11 @@ export const sqlLease: KindAdapter = {
   lossWindowMs: () => 0,
   destroyedBy: [],
   open: async (ctx) => {
-    const conn = new Connection(ctx.url, detectionBoundMs(ctx.keepaliveMs));
+    const conn = new Connection(ctx.url, statementGuardMs(ctx.keepaliveMs));
     return {
-      acquire: ({ name, timeoutMs }) =>
+      acquire: ({ name, timeoutMs, started }) =>
         conn.serial.run(async () => {
+          started();
           const sent = now();
           if (timeoutMs === null) {
             const rows = await conn.query<{ granted: boolean; t: string }>('SELECT granted, token::text AS t FROM pgfence.try_lease(pgfence.lock_key($1), $2, $3, $1)', [
@@ -259,10 +261,11 @@ export const sqlXact: KindAdapter = {
   lossWindowMs: detectionBoundMs,
   destroyedBy: ['backend-kill', 'restart'],
   open: async (ctx) => {
-    const conn = new Connection(ctx.url, detectionBoundMs(ctx.keepaliveMs));
+    const conn = new Connection(ctx.url, statementGuardMs(ctx.keepaliveMs));
     return {
-      acquire: ({ name, timeoutMs }) =>
+      acquire: ({ name, timeoutMs, started }) =>
         conn.serial.run(async () => {
+          started();
           const client = await conn.get();
           await conn.on(client, 'BEGIN');
           try {

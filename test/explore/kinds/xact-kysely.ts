@@ -2,8 +2,7 @@
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import type pg from 'pg';
 import * as kyselyLocks from '../../../src/kysely/index.js';
-import { detectionBoundMs, driver, type KindAdapter, transactionHold, transactionPool } from './kind.js';
-import { STATEMENT_GUARD_MS } from './xact-pg.js';
+import { detectionBoundMs, driver, type KindAdapter, statementGuardMs, transactionHold, transactionPool } from './kind.js';
 
 export const xactKysely: KindAdapter = {
   kind: 'xact-kysely',
@@ -14,7 +13,7 @@ export const xactKysely: KindAdapter = {
   lossWindowMs: detectionBoundMs,
   destroyedBy: ['backend-kill', 'restart'],
   open: async (ctx) => {
-    const pool = transactionPool(ctx.url, STATEMENT_GUARD_MS);
+    const pool = transactionPool(ctx.url, statementGuardMs(ctx.keepaliveMs));
     const checkedOut = new Set<pg.PoolClient>();
     pool.on('acquire', (client) => checkedOut.add(client));
     pool.on('release', (_err, client) => checkedOut.delete(client));
@@ -22,11 +21,12 @@ export const xactKysely: KindAdapter = {
     /** Transactions still open: a close ends their connections and rolls them back (db.destroy() waits for them). */
     const open = new Set<{ rollback(): { execute(): Promise<void> } }>();
     return {
-      acquire: async ({ name, mode, timeoutMs, signal }) => {
+      acquire: async ({ name, mode, timeoutMs, signal, started }) => {
         const trx = await driver(() => db.startTransaction().execute());
         open.add(trx);
         try {
           const opts = { mode, signal, fencing: mode === 'exclusive' };
+          started();
           const result = timeoutMs === null ? await kyselyLocks.tryXactLock(trx, name, opts) : await kyselyLocks.xactLock(trx, name, { ...opts, timeoutMs });
           if (!result) {
             open.delete(trx);

@@ -1,9 +1,6 @@
 /** Transaction advisory locks (xactLock / tryXactLock) on node-postgres clients, one transaction per hold. */
 import { tryXactLock, xactLock } from '../../../src/index.js';
-import { detectionBoundMs, driver, type KindAdapter, transactionHold, transactionPool } from './kind.js';
-
-/** A hang guard on the test's own statements (pgfence bounds its own); far above any answer PostgreSQL owes. */
-export const STATEMENT_GUARD_MS = 20_000;
+import { detectionBoundMs, driver, type KindAdapter, statementGuardMs, transactionHold, transactionPool } from './kind.js';
 
 export const xactPg: KindAdapter = {
   kind: 'xact-pg',
@@ -14,11 +11,11 @@ export const xactPg: KindAdapter = {
   lossWindowMs: detectionBoundMs,
   destroyedBy: ['backend-kill', 'restart'],
   open: async (ctx) => {
-    const pool = transactionPool(ctx.url, STATEMENT_GUARD_MS);
+    const pool = transactionPool(ctx.url, statementGuardMs(ctx.keepaliveMs));
     /** The clients of transactions still open: a close ends them (pool.end() waits for every checked-out client). */
     const open = new Set<() => void>();
     return {
-      acquire: async ({ name, mode, timeoutMs, signal }) => {
+      acquire: async ({ name, mode, timeoutMs, signal, started }) => {
         const client = await driver(() => pool.connect());
         let done = false;
         const finish = (broken: boolean) => {
@@ -32,6 +29,7 @@ export const xactPg: KindAdapter = {
         try {
           await driver(() => client.query('BEGIN'));
           const opts = { mode, signal, fencing: mode === 'exclusive' };
+          started();
           const result = timeoutMs === null ? await tryXactLock(client, name, opts) : await xactLock(client, name, { ...opts, timeoutMs });
           if (!result) {
             await driver(() => client.query('ROLLBACK'));
