@@ -29,7 +29,9 @@ describe('exploration', () => {
     // Restarts need a server of the round's own; without one (not root, no binaries) the rounds run without them.
     const unavailable = privateClusterUnavailable();
     if (unavailable && requireTopology) throw new Error(`a private cluster is required for the restart fault: ${unavailable}`);
+    const clusterStarted = Date.now();
     const cluster: PrivateCluster | null = unavailable ? null : await startPrivateCluster({ settings: { max_connections: 200 } });
+    console.log(`[explore] ${cluster ? `private cluster started in ${Date.now() - clusterStarted} ms` : `no private cluster (${unavailable}): no restarts`}`);
     const serverUrl = cluster?.url ?? inject('databaseUrl');
     const failures: string[] = [];
     try {

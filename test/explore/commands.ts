@@ -108,7 +108,8 @@ class Step implements Cmd {
     x.world.command(actor, { op: 'close' });
     const check = x.world
       .whenClosed(who.id)
-      .then(async () => {
+      .then(async (closed) => {
+        if (!closed) return;
         // Through a fault, the server cannot know yet: look once the fault is over.
         if (x.faults.busy) await x.faults.settle().catch(() => {});
         if (!(await checkAfterClose(x.world, who, x.closeWatchMs))) count(x, 'left-after-close');

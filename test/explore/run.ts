@@ -131,12 +131,15 @@ export async function exploreRound(o: RoundOptions): Promise<RoundResult> {
     pending: new Set(),
     counts: {},
   };
+  const t0 = now();
+  const phase = (what: string) => log(`${what} at ${((now() - t0) / 1000).toFixed(1)} s`);
   try {
     await world.start();
     await world.addWriteRows(NAMES);
     if (!(await waitUntil(() => world.actors.every((a) => a.state !== 'opening'), 60_000))) throw new Error('the actors did not open within 60 s');
     log(`round seed ${o.seed}: ${plan.length} actors (${plan.filter((p) => p.child).map((p) => p.kind).join(', ')} in child processes; ${plan.filter((p) => p.proxy).length} through the proxy)`);
 
+    phase('actors open');
     const model: Model = { deadline: now() + o.durationMs };
     for (let batch = 0; now() < model.deadline; batch++) {
       const [cmds] = fc.sample(commandsArbitrary(plan.length, 400), { seed: (o.seed + batch * 0x9e3779b1) | 0, numRuns: 1 });
@@ -144,22 +147,31 @@ export async function exploreRound(o: RoundOptions): Promise<RoundResult> {
     }
 
     // The quiet end: faults over, every call answered (or late, for the checker), idle actors inspected.
+    phase('commands done');
     await x.faults.settle();
     await waitUntil(() => world.actors.every((a) => a.state !== 'busy' && a.state !== 'opening'), boundMs);
-    await sleep(x.inspectQuietMs);
+    await sleep(Math.max(0, x.inspectQuietMs - (now() - x.faults.quietSince)));
     for (const actor of world.actors) if (actor.state === 'idle') await checkIdle(world, actor);
+    phase('idle actors inspected');
     for (const actor of world.actors) if (actor.state === 'holding' || actor.state === 'lost') world.command(actor, { op: 'release' });
     await waitUntil(() => world.actors.every((a) => a.state !== 'busy'), boundMs);
     const closing = world.actors
       .filter((a) => a.state !== 'closed' && a.state !== 'opening')
       .map(async (actor) => {
         const who = { id: actor.id, appName: actor.appName, owner: actor.owner };
+        const started = now();
         world.command(actor, { op: 'close' });
-        await Promise.race([world.whenClosed(who.id), sleep(boundMs)]);
-        await checkAfterClose(world, who, x.closeWatchMs);
+        const closed = await Promise.race([world.whenClosed(who.id), sleep(boundMs).then(() => true)]);
+        const closedAt = now();
+        if (closed) await checkAfterClose(world, who, x.closeWatchMs);
+        if (now() - started > 3000) log(`slow close of ${who.id}: closed after ${Math.round(closedAt - started)} ms, checked after ${Math.round(now() - started)} ms`);
       });
     // Bounded: a close that never answers is in the history as unsettled.
-    await Promise.race([Promise.all([...closing, ...x.pending]), sleep(boundMs + x.closeWatchMs)]);
+    const pendingBefore = x.pending.size;
+    await Promise.race([Promise.all(closing), sleep(boundMs + x.closeWatchMs)]);
+    phase(`closes done (${pendingBefore} checks were pending, ${x.pending.size} now)`);
+    await Promise.race([Promise.all([...x.pending]), sleep(boundMs + x.closeWatchMs)]);
+    phase('closed and inspected');
     const history = world.recorder.history(roundConfig(o.seed, keepaliveMs, slackMs), await world.writeLog());
     return { seed: o.seed, history, violations: check(history), counts: x.counts, plan };
   } finally {

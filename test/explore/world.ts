@@ -93,7 +93,7 @@ export class World {
   readonly admin: pg.Pool;
   private proxy: TcpProxy | null = null;
   private readonly tag = randomBytes(3).toString('hex');
-  private readonly closedWaiters = new Map<string, () => void>();
+  private readonly closedWaiters = new Map<string, ((closed: boolean) => void)[]>();
 
   constructor(readonly o: WorldOptions) {
     this.admin = new pg.Pool({ connectionString: o.url, max: 3 });
@@ -199,14 +199,20 @@ export class World {
   private stateOf(actor: Actor, id: string, state: ActorState): void {
     if (actor.id !== id) return;
     actor.state = state;
-    if (state === 'closed') this.closedWaiters.get(id)?.();
+    if (state === 'closed') this.endWaits(id, true);
   }
 
-  /** Resolves once the actor incarnation `id` is closed (its close() resolved). */
-  whenClosed(id: string): Promise<void> {
+  private endWaits(id: string, closed: boolean): void {
+    for (const resolve of this.closedWaiters.get(id) ?? []) resolve(closed);
+    this.closedWaiters.delete(id);
+  }
+
+  /** Resolves once the actor incarnation `id` is closed (its close() resolved): true; false when it was killed instead. */
+  whenClosed(id: string): Promise<boolean> {
     const actor = this.actors.find((a) => a.id === id);
-    if (actor?.state === 'closed') return Promise.resolve();
-    return new Promise((resolve) => this.closedWaiters.set(id, resolve));
+    if (actor?.state === 'closed') return Promise.resolve(true);
+    if (!actor) return Promise.resolve(false);
+    return new Promise((resolve) => this.closedWaiters.set(id, [...(this.closedWaiters.get(id) ?? []), resolve]));
   }
 
   command(actor: Actor, cmd: ActorCommand): void {
@@ -223,6 +229,8 @@ export class World {
   /** SIGKILL of a child actor: its calls never answer, its holds end now; the slot gets a new process and incarnation. */
   killChild(actor: Actor, at: number): void {
     actor.child?.kill('SIGKILL');
+    // Killed, not closed: a check waiting for its close has nothing to check.
+    this.endWaits(actor.id, false);
     for (const op of this.recorder.ops.values()) if (op.actor === actor.id && op.settledAt === undefined) op.outcome = 'killed';
     for (const hold of this.recorder.holds.values()) {
       if (hold.actor !== actor.id || hold.end !== undefined) continue;

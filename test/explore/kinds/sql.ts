@@ -225,6 +225,9 @@ export const sqlLease: KindAdapter = {
   destroyedBy: [],
   open: async (ctx) => {
     const conn = new Connection(ctx.url, statementGuardMs(ctx.keepaliveMs));
+    // A lease outlives its connection: a client shutting down gives back what it holds, then disconnects.
+    let current: KindHold | null = null;
+    const track = (hold: KindHold | null) => (current = hold);
     return {
       acquire: ({ name, timeoutMs, started }) =>
         conn.serial.run(async () => {
@@ -236,7 +239,7 @@ export const sqlLease: KindAdapter = {
               ctx.leaseTtlMs,
               ctx.owner,
             ]);
-            return rows[0]!.granted ? sqlLeaseHold(conn, ctx, name, BigInt(rows[0]!.t), sent) : null;
+            return track(rows[0]!.granted ? sqlLeaseHold(conn, ctx, name, BigInt(rows[0]!.t), sent) : null);
           }
           const rows = await conn.query<{ t: string | null }>('SELECT pgfence.lease(pgfence.lock_key($1), $2, $3, $4, $1)::text AS t', [name, ctx.leaseTtlMs, timeoutMs, ctx.owner], timeoutMs);
           const got = token(rows[0]!.t);
@@ -244,10 +247,12 @@ export const sqlLease: KindAdapter = {
           // The wait may have taken most of the TTL: renew at once, so the deadline counts from a known send.
           const renewedAt = now();
           const renewed = await conn.query<{ e: Date | null }>('SELECT pgfence.renew_lease(pgfence.lock_key($1), $2, $3) AS e', [name, String(got), ctx.leaseTtlMs]);
-          const hold = sqlLeaseHold(conn, ctx, name, got, renewed[0]!.e === null ? -Infinity : renewedAt);
-          return hold;
+          return track(sqlLeaseHold(conn, ctx, name, got, renewed[0]!.e === null ? -Infinity : renewedAt));
         }),
-      close: () => conn.close(),
+      close: async () => {
+        await current?.release().catch(() => {});
+        await conn.close();
+      },
     };
   },
 };
