@@ -169,14 +169,16 @@ class Inspect implements Cmd {
 
 /** The commands of one batch (up to maxCommands), drawn from fc's generator seeded by the round. */
 export function commandsArbitrary(actors: number, maxCommands: number): fc.Arbitrary<Iterable<Cmd>> {
-  const slot = fc.nat({ max: actors - 1 });
-  const unit = fc.double({ min: 0, max: 1, maxExcluded: true, noNaN: true });
+  // Without bias: fast-check leans towards edge values (0, the bounds) by default, which here would
+  // mean the same actor, the same roll and the same timeout over and over.
+  const slot = fc.noBias(fc.nat({ max: actors - 1 }));
+  const unit = fc.noBias(fc.integer({ min: 0, max: 9999 })).map((n) => n / 10_000);
   const step = fc
-    .tuple(slot, unit, unit, fc.constantFrom(...TIMEOUTS_MS), fc.boolean(), fc.option(fc.integer({ min: 0, max: 300 }), { freq: 6 }))
+    .tuple(slot, unit, unit, fc.constantFrom(...TIMEOUTS_MS), fc.boolean(), fc.oneof({ arbitrary: fc.constant(null), weight: 5 }, { arbitrary: fc.noBias(fc.integer({ min: 0, max: 300 })), weight: 1 }))
     .map(([s, roll, pickName, timeoutMs, shared, abortAfterMs]) => new Step(s, roll, pickName, timeoutMs, shared, abortAfterMs));
-  const pause = fc.integer({ min: 5, max: 150 }).map((ms) => new Pause(ms));
+  const pause = fc.noBias(fc.integer({ min: 5, max: 150 })).map((ms) => new Pause(ms));
   const fault = fc
-    .record({ type: fc.constantFrom(...FAULT_TYPES), pick: unit, durationMs: fc.integer({ min: 200, max: 4000 }) })
+    .record({ type: fc.constantFrom(...FAULT_TYPES), pick: unit, durationMs: fc.noBias(fc.integer({ min: 200, max: 4000 })) })
     .map((req) => new Fault(req));
   const inspect = slot.map((s) => new Inspect(s));
   const command: fc.Arbitrary<Cmd> = fc.oneof(
