@@ -13,6 +13,7 @@ const config: ExploreConfig = {
   knownNonExclusive: [],
   destroyedBy: { session: ['backend-kill', 'restart'], fenced: ['backend-kill', 'restart'], lease: [] },
   closeLingerMs: 0,
+  statementLingerMs: { 'xact-pg': 100 },
   knownUntyped: [],
 };
 
@@ -149,11 +150,14 @@ describe('the exploration checker, on hand-made histories', () => {
   });
 
   it('names a lock left held after close (beyond the allowed linger) or held by an idle actor', () => {
-    const afterClose = { actor: 'a1', at: 0, afterClose: true, advisory: ['123/1'], leases: [] };
+    const afterClose = { actor: 'a1', kind: 'fenced', at: 0, afterClose: true, advisory: ['123/1'], leases: [] };
     expect(types(history({ held: [afterClose] }))).toEqual(['leak']);
     expect(types(history({ held: [{ ...afterClose, clearAfterMs: 30 }] }, { closeLingerMs: 50 }))).toEqual([]);
     expect(types(history({ held: [{ ...afterClose, clearAfterMs: 80 }] }, { closeLingerMs: 50 }))).toEqual(['leak']);
-    expect(types(history({ held: [{ actor: 'a2', at: 0, afterClose: false, advisory: [], leases: ['7'] }] }))).toEqual(['leak']);
+    expect(types(history({ held: [{ actor: 'a2', kind: 'lease', at: 0, afterClose: false, advisory: [], leases: ['7'] }] }))).toEqual(['leak']);
+    // A transaction's statement may still wait on the connection its close ended: its own timeout ends it.
+    expect(types(history({ held: [{ ...afterClose, kind: 'xact-pg', clearAfterMs: 80 }] }))).toEqual([]);
+    expect(types(history({ held: [{ ...afterClose, kind: 'xact-pg', clearAfterMs: 120 }] }))).toEqual(['leak']);
   });
 
   it('names a late answer and one that never came; time its process was stopped does not count', () => {
@@ -200,7 +204,7 @@ describe('the exploration checker, on a recorded history', () => {
 
   it('names a lock leaked in it', () => {
     const h = recorded();
-    h.held.push({ actor: h.holds[0]!.actor, at: 0, afterClose: true, advisory: ['42/1'], leases: [] });
+    h.held.push({ actor: h.holds[0]!.actor, kind: h.holds[0]!.kind, at: 0, afterClose: true, advisory: ['42/1'], leases: [] });
     expect(types(h)).toEqual(['leak']);
   });
 

@@ -64,6 +64,8 @@ export class ActorHost {
   }
 
   private setState(state: ActorState): void {
+    // A closed incarnation stays closed (a new one replaces it); while closing, only 'closed' comes next.
+    if (this.state === 'closed' || (this.closing && state !== 'closed' && state !== 'busy')) return;
     this.state = state;
     this.o.onState(state);
   }

@@ -254,7 +254,8 @@ class CheckContext {
   *leaks(): Generator<Violation> {
     for (const seen of this.h.held) {
       if (seen.advisory.length === 0 && seen.leases.length === 0) continue;
-      if (seen.afterClose && seen.clearAfterMs !== undefined && seen.clearAfterMs <= this.config.closeLingerMs) continue;
+      const allowedMs = this.config.closeLingerMs + (this.config.statementLingerMs[seen.kind] ?? 0);
+      if (seen.afterClose && seen.clearAfterMs !== undefined && seen.clearAfterMs <= allowedMs) continue;
       const what = [...seen.advisory.map((k) => `advisory ${k}`), ...seen.leases.map((t) => `lease token ${t}`)].join(', ');
       const when = seen.afterClose
         ? `after its close${seen.clearAfterMs === undefined ? ', and still at the end of the wait' : ` (for ${ms(seen.clearAfterMs)})`}`

@@ -75,10 +75,10 @@ class Step implements Cmd {
         if (r < 0.83) return this.close(actor, x);
         return;
       case 'holding':
-        if (r < 0.35) return send({ op: 'release' });
-        if (r < 0.5) return send({ op: 'write' });
-        if (r < 0.6 && actor.kind.supports.renew) return send({ op: 'renew' });
-        if (r < 0.63) return this.close(actor, x);
+        if (r < 0.5) return send({ op: 'release' });
+        if (r < 0.6) return send({ op: 'write' });
+        if (r < 0.7 && actor.kind.supports.renew) return send({ op: 'renew' });
+        if (r < 0.73) return this.close(actor, x);
         return;
       case 'lost':
         return send({ op: 'release' });
@@ -104,7 +104,7 @@ class Step implements Cmd {
 
   private close(actor: Actor, x: Explorer): void {
     count(x, `${actor.kind.kind}:close`);
-    const who = { id: actor.id, appName: actor.appName, owner: actor.owner };
+    const who = { id: actor.id, kind: actor.kind.kind, appName: actor.appName, owner: actor.owner };
     x.world.command(actor, { op: 'close' });
     const check = x.world
       .whenClosed(who.id)
@@ -183,7 +183,7 @@ export function commandsArbitrary(actors: number, maxCommands: number): fc.Arbit
   const inspect = slot.map((s) => new Inspect(s));
   const command: fc.Arbitrary<Cmd> = fc.oneof(
     { arbitrary: step, weight: 60 },
-    { arbitrary: pause, weight: 25 },
+    { arbitrary: pause, weight: 15 },
     { arbitrary: fault, weight: 4 },
     { arbitrary: inspect, weight: 10 },
   );

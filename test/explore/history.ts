@@ -111,6 +111,7 @@ export interface FaultRecord {
 /** What the database held for an actor's locker at a check (after its close, or at a quiescent point). */
 export interface HeldObservation {
   actor: string;
+  kind: string;
   at: number;
   afterClose: boolean;
   /** Advisory locks still granted to its backends, as "key/objsubid". */
@@ -133,6 +134,11 @@ export interface ExploreConfig {
   destroyedBy: Record<string, FaultType[]>;
   /** After close, how long the database may still show an actor's locks before it is a leak (0: none). */
   closeLingerMs: number;
+  /**
+   * Kinds whose close ends a connection of the application's own (xact, SQL): a statement still waiting
+   * there runs on until its own timeout ends it. How long that may add, per kind.
+   */
+  statementLingerMs: Record<string, number>;
   /** Ops whose raw driver errors are known to pass through pgfence (being fixed elsewhere): not reported. */
   knownUntyped: OpName[];
 }

@@ -19,6 +19,13 @@ const ADVISORY_SQL = `
 const LEASES_SQL = `SELECT token::text FROM pgfence.leases WHERE owner = $1 AND released_at IS NULL AND expires_at > clock_timestamp()`;
 
 type Held = Pick<HeldObservation, 'advisory' | 'leases'>;
+/** An actor incarnation as it was when it closed (the slot may have a new one by the time it is checked). */
+export interface Closed {
+  id: string;
+  kind: string;
+  appName: string;
+  owner: string;
+}
 
 /** What the database holds for the actor; leases its holders saw lost may still be live (their deadline passes first) and are left out. */
 export async function heldFor(world: World, actor: { id: string; appName: string; owner: string }): Promise<Held> {
@@ -37,7 +44,7 @@ const empty = (h: Held) => h.advisory.length === 0 && h.leases.length === 0;
 export async function checkIdle(world: World, actor: Actor): Promise<boolean> {
   const held = await heldFor(world, actor);
   if (empty(held)) return true;
-  world.recorder.held.push({ actor: actor.id, at: now(), afterClose: false, ...held });
+  world.recorder.held.push({ actor: actor.id, kind: actor.kind.kind, at: now(), afterClose: false, ...held });
   return false;
 }
 
@@ -45,11 +52,11 @@ export async function checkIdle(world: World, actor: Actor): Promise<boolean> {
  * Right after close() resolved: nothing held, nothing announced. When something is, how long until it
  * goes (bounded by waitMs) is recorded with it: the checker decides what is allowed.
  */
-export async function checkAfterClose(world: World, actor: { id: string; appName: string; owner: string }, waitMs: number): Promise<boolean> {
+export async function checkAfterClose(world: World, actor: Closed, waitMs: number): Promise<boolean> {
   const start = now();
   const first = await heldFor(world, actor);
   if (empty(first)) return true;
-  const observation: HeldObservation = { actor: actor.id, at: start, afterClose: true, ...first };
+  const observation: HeldObservation = { actor: actor.id, kind: actor.kind, at: start, afterClose: true, ...first };
   while (now() - start < waitMs) {
     await sleep(20);
     if (empty(await heldFor(world, actor))) {

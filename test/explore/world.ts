@@ -198,7 +198,6 @@ export class World {
 
   private stateOf(actor: Actor, id: string, state: ActorState): void {
     if (actor.id !== id) return;
-    if (process.env.EXPLORE_DEBUG && actor.state === 'closed' && state !== 'closed') console.log(`DEBUG ${id} ${actor.state} -> ${state}`, new Error().stack);
     actor.state = state;
     if (state === 'closed') this.endWaits(id, true);
   }

@@ -80,6 +80,8 @@ export interface KindAdapter {
   lossWindowMs(keepaliveMs: number): number;
   /** Faults that certainly end its holds: a release after one must answer false. */
   readonly destroyedBy: readonly FaultType[];
+  /** Its close ends a connection of the application's own, where a waiting statement runs on until its own timeout. */
+  readonly closeEndsConnection?: boolean;
   open(ctx: KindContext): Promise<KindLocker>;
 }
 

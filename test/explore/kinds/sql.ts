@@ -95,6 +95,7 @@ export const sqlLock: KindAdapter = {
   tokens: true,
   lossWindowMs: detectionBoundMs,
   destroyedBy: ['backend-kill', 'restart'],
+  closeEndsConnection: true,
   open: async (ctx) => {
     const conn = new Connection(ctx.url, statementGuardMs(ctx.keepaliveMs));
     return {
@@ -223,6 +224,7 @@ export const sqlLease: KindAdapter = {
   tokens: true,
   lossWindowMs: () => 0,
   destroyedBy: [],
+  closeEndsConnection: true,
   open: async (ctx) => {
     const conn = new Connection(ctx.url, statementGuardMs(ctx.keepaliveMs));
     // A lease outlives its connection: a client shutting down gives back what it holds, then disconnects.
@@ -265,6 +267,7 @@ export const sqlXact: KindAdapter = {
   tokens: true,
   lossWindowMs: detectionBoundMs,
   destroyedBy: ['backend-kill', 'restart'],
+  closeEndsConnection: true,
   open: async (ctx) => {
     const conn = new Connection(ctx.url, statementGuardMs(ctx.keepaliveMs));
     return {

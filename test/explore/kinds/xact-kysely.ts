@@ -12,6 +12,7 @@ export const xactKysely: KindAdapter = {
   tokens: true,
   lossWindowMs: detectionBoundMs,
   destroyedBy: ['backend-kill', 'restart'],
+  closeEndsConnection: true,
   open: async (ctx) => {
     const pool = transactionPool(ctx.url, statementGuardMs(ctx.keepaliveMs));
     const checkedOut = new Set<pg.PoolClient>();

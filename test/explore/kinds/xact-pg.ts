@@ -10,6 +10,7 @@ export const xactPg: KindAdapter = {
   tokens: true,
   lossWindowMs: detectionBoundMs,
   destroyedBy: ['backend-kill', 'restart'],
+  closeEndsConnection: true,
   open: async (ctx) => {
     const pool = transactionPool(ctx.url, statementGuardMs(ctx.keepaliveMs));
     /** The clients of transactions still open: a close ends them (pool.end() waits for every checked-out client). */
