@@ -10,7 +10,7 @@ import { kindNamed, type KindContext } from './kinds/index.js';
 export type ToChild =
   | { type: 'start'; kind: string; id: string; ctx: KindContext; slackMs: number; actEveryMs: number; writeEvery: number }
   | { type: 'command'; cmd: ActorCommand };
-export type FromChild = { type: 'record'; record: Recorded } | { type: 'state'; id: string; state: ActorState };
+export type FromChild = { type: 'ready' } | { type: 'record'; record: Recorded } | { type: 'state'; id: string; state: ActorState };
 
 let host: ActorHost | null = null;
 const send = (msg: FromChild) => process.send?.(msg);
@@ -35,3 +35,5 @@ process.on('message', (msg: ToChild) => {
 });
 // The parent went away: so does the child.
 process.on('disconnect', () => process.exit(0));
+// Listening now: what the parent sent before this could have been lost, so it waits for this.
+send({ type: 'ready' });

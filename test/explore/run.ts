@@ -138,7 +138,7 @@ export async function exploreRound(o: RoundOptions): Promise<RoundResult> {
   try {
     await world.start();
     await world.addWriteRows(NAMES);
-    if (!(await waitUntil(() => world.actors.every((a) => a.state !== 'opening'), 60_000))) throw new Error('the actors did not open within 60 s');
+    if (!(await waitUntil(() => world.actors.every((a) => a.state !== 'opening'), 120_000))) throw new Error('the actors did not open within 120 s');
     log(`round seed ${o.seed}: ${plan.length} actors (${plan.filter((p) => p.child).map((p) => p.kind).join(', ')} in child processes; ${plan.filter((p) => p.proxy).length} through the proxy)`);
 
     phase('actors open');

@@ -46,6 +46,8 @@ export interface Actor {
   /** 'main', or the label of its child process. */
   process: string;
   child: ChildProcess | null;
+  /** Sends to its child process (once that listens). */
+  send: (msg: ToChild) => void;
   incarnation: number;
   host: ActorHost | null;
 }
@@ -151,6 +153,7 @@ export class World {
       state: 'opening',
       process: 'main',
       child: null,
+      send: () => {},
       incarnation: 0,
       host: null,
     };
@@ -163,8 +166,14 @@ export class World {
     const child = fork(CHILD, [], { execArgv: ['--import', LOADER], serialization: 'advanced', stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     actor.child = child;
     actor.process = `child:${actor.slot}:${child.pid}`;
+    // Messages wait until the child listens (it says 'ready' once its modules are loaded).
+    const early: ToChild[] = [];
+    actor.send = (msg) => void early.push(msg);
     child.on('message', (msg: FromChild) => {
-      if (msg.type === 'record') this.recorder.add(msg.record);
+      if (msg.type === 'ready') {
+        actor.send = (m) => void child.send(m);
+        for (const m of early.splice(0)) child.send(m);
+      } else if (msg.type === 'record') this.recorder.add(msg.record);
       else this.stateOf(actor, msg.id, msg.state);
     });
   }
@@ -180,8 +189,7 @@ export class World {
     const ctx = this.context(actor);
     const tuning = { slackMs: this.o.slackMs, actEveryMs: this.o.actEveryMs, writeEvery: this.o.writeEvery };
     if (actor.child) {
-      const start: ToChild = { type: 'start', kind: actor.kind.kind, id: actor.id, ctx, ...tuning };
-      actor.child.send(start);
+      actor.send({ type: 'start', kind: actor.kind.kind, id: actor.id, ctx, ...tuning });
       return;
     }
     const id = actor.id;
@@ -219,8 +227,7 @@ export class World {
     // A child answers over IPC: until it does, the actor counts as busy (no check may take it for idle).
     if (cmd.op !== 'write' && cmd.op !== 'renew' && actor.state !== 'closed') actor.state = 'busy';
     if (actor.child) {
-      const msg: ToChild = { type: 'command', cmd };
-      actor.child.send(msg);
+      actor.send({ type: 'command', cmd });
     } else {
       actor.host?.command(cmd);
     }

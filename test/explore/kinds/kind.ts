@@ -168,6 +168,25 @@ export function actorLocker(ctx: KindContext): Locker {
   return createLocker({ connectionString: ctx.url, keepaliveMs: ctx.keepaliveMs });
 }
 
+/** open() of a kind that takes its locks from a pgfence locker of its own: `take` asks for one. */
+export function lockerKind(take: (locker: Locker, request: AcquireRequest, ctx: KindContext) => Promise<KindHold | null>): KindAdapter['open'] {
+  return async (ctx) => {
+    const locker = actorLocker(ctx);
+    return {
+      acquire: (request) => {
+        request.started();
+        return take(locker, request, ctx);
+      },
+      close: () => locker.close(),
+    };
+  };
+}
+
+/** A lock that lives in its session: gone with it (a killed backend, a restart), its loss seen within the detection bound. */
+export const SESSION_SCOPED = { lossWindowMs: detectionBoundMs, destroyedBy: ['backend-kill', 'restart'] } satisfies Partial<KindAdapter>;
+/** A lease: outlives its session and a restart; its holder stops trusting it before anyone else can get in (no window). */
+export const LEASE_SCOPED = { lossWindowMs: () => 0, destroyedBy: [] } satisfies Partial<KindAdapter>;
+
 /** One statement at a time on a connection the kind owns (node-postgres deprecates queued queries). */
 export class Serial {
   private tail: Promise<unknown> = Promise.resolve();

@@ -1,5 +1,5 @@
 /** Advisory semaphore permits on a pgfence locker: at most `permits` holders of a semaphore name. */
-import { actorLocker, detectionBoundMs, handleHold, type KindAdapter } from './kind.js';
+import { handleHold, type KindAdapter, lockerKind, SESSION_SCOPED } from './kind.js';
 
 export const semaphore: KindAdapter = {
   kind: 'semaphore',
@@ -7,18 +7,10 @@ export const semaphore: KindAdapter = {
   modes: ['exclusive'],
   supports: { try: true, abort: true, renew: false },
   tokens: false,
-  lossWindowMs: detectionBoundMs,
-  destroyedBy: ['backend-kill', 'restart'],
-  open: async (ctx) => {
-    const locker = actorLocker(ctx);
-    return {
-      acquire: async ({ name, timeoutMs, signal, started }) => {
-        started();
-        const sem = locker.semaphore(name, { permits: ctx.permits[name] ?? 1 });
-        const handle = timeoutMs === null ? await sem.tryAcquire({ signal }) : await sem.acquire({ timeoutMs, signal });
-        return handle && handleHold(handle);
-      },
-      close: () => locker.close(),
-    };
-  },
+  ...SESSION_SCOPED,
+  open: lockerKind(async (locker, { name, timeoutMs, signal }, ctx) => {
+    const sem = locker.semaphore(name, { permits: ctx.permits[name] ?? 1 });
+    const handle = timeoutMs === null ? await sem.tryAcquire({ signal }) : await sem.acquire({ timeoutMs, signal });
+    return handle && handleHold(handle);
+  }),
 };

@@ -1,5 +1,5 @@
 /** Session advisory locks, exclusive and shared, on a pgfence locker (no tokens). */
-import { actorLocker, detectionBoundMs, handleHold, type KindAdapter } from './kind.js';
+import { handleHold, type KindAdapter, lockerKind, SESSION_SCOPED } from './kind.js';
 
 export const session: KindAdapter = {
   kind: 'session',
@@ -7,17 +7,9 @@ export const session: KindAdapter = {
   modes: ['exclusive', 'shared'],
   supports: { try: true, abort: true, renew: false },
   tokens: false,
-  lossWindowMs: detectionBoundMs,
-  destroyedBy: ['backend-kill', 'restart'],
-  open: async (ctx) => {
-    const locker = actorLocker(ctx);
-    return {
-      acquire: async ({ name, mode, timeoutMs, signal, started }) => {
-        started();
-        const handle = timeoutMs === null ? await locker.tryAcquire(name, { mode, signal }) : await locker.acquire(name, { mode, timeoutMs, signal });
-        return handle && handleHold(handle);
-      },
-      close: () => locker.close(),
-    };
-  },
+  ...SESSION_SCOPED,
+  open: lockerKind(async (locker, { name, mode, timeoutMs, signal }) => {
+    const handle = timeoutMs === null ? await locker.tryAcquire(name, { mode, signal }) : await locker.acquire(name, { mode, timeoutMs, signal });
+    return handle && handleHold(handle);
+  }),
 };

@@ -6,7 +6,7 @@
  */
 import pg from 'pg';
 import { now } from '../history.js';
-import { detectionBoundMs, driver, statementGuardMs, type KindAdapter, type KindContext, type KindHold, LossNotice, rawClientConfig, Serial, transactionHold } from './kind.js';
+import { type AcquireRequest, driver, LEASE_SCOPED, SESSION_SCOPED, statementGuardMs, type KindAdapter, type KindContext, type KindHold, LossNotice, rawClientConfig, Serial, transactionHold } from './kind.js';
 
 /**
  * The actor's one connection, opened again after it broke; its statements one at a time, each bounded
@@ -84,8 +84,61 @@ class Connection {
   }
 }
 
+/**
+ * open() of a kind that talks SQL on a connection of its own: `take` asks for one lock on the current
+ * client. A lease outlives its connection, so a lease client releases what it holds when it closes.
+ */
+function sqlKind(
+  take: (conn: Connection, client: pg.Client, request: AcquireRequest, ctx: KindContext) => Promise<KindHold | null>,
+  opts: { releaseOnClose?: boolean } = {},
+): KindAdapter['open'] {
+  return async (ctx) => {
+    const conn = new Connection(ctx.url, statementGuardMs(ctx.keepaliveMs));
+    let current: KindHold | null = null;
+    return {
+      acquire: (request) =>
+        conn.serial.run(async () => {
+          request.started();
+          current = await take(conn, await conn.get(), request, ctx);
+          return current;
+        }),
+      close: async () => {
+        await conn.close();
+        if (!opts.releaseOnClose) return;
+        await current?.release().catch(() => {});
+        await conn.close();
+      },
+    };
+  };
+}
+
 const token = (v: string | null): bigint | null => (v === null ? null : BigInt(v));
 const isState = (err: unknown, code: string) => (err as { code?: unknown } | null)?.code === code;
+
+/**
+ * A token from one try (`trySql`), or from a wait bounded by a timeout setting (`waitSql`, SQLSTATE
+ * `timedOut` when it ran out): null when busy or timed out. lock_timeout is set for the transaction
+ * only; statement_timeout for the session, and reset after.
+ */
+async function tokenOf(
+  conn: Connection,
+  client: pg.Client,
+  name: string,
+  timeoutMs: number | null,
+  how: { trySql: string; waitSql: string; setting: 'statement_timeout' | 'lock_timeout'; timedOut: string },
+): Promise<bigint | null> {
+  if (timeoutMs === null) return token((await conn.on<{ t: string | null }>(client, how.trySql, [name]))[0]!.t);
+  const local = how.setting === 'lock_timeout';
+  await conn.on(client, 'SELECT set_config($1, $2, $3)', [how.setting, String(Math.max(1, timeoutMs)), local]);
+  try {
+    return token((await conn.on<{ t: string }>(client, how.waitSql, [name], timeoutMs))[0]!.t);
+  } catch (err) {
+    if (!isState(err, how.timedOut)) throw err;
+    return null;
+  } finally {
+    if (!local) await conn.on(client, `SELECT set_config($1, '0', false)`, [how.setting]).catch(() => {});
+  }
+}
 
 export const sqlLock: KindAdapter = {
   kind: 'sql-lock',
@@ -93,67 +146,49 @@ export const sqlLock: KindAdapter = {
   modes: ['exclusive'],
   supports: { try: true, abort: false, renew: false },
   tokens: true,
-  lossWindowMs: detectionBoundMs,
-  destroyedBy: ['backend-kill', 'restart'],
+  ...SESSION_SCOPED,
   closeEndsConnection: true,
-  open: async (ctx) => {
-    const conn = new Connection(ctx.url, statementGuardMs(ctx.keepaliveMs));
-    return {
-      acquire: ({ name, timeoutMs, started }) =>
+  open: sqlKind(async (conn, client, { name, timeoutMs }) => {
+    // As the interface documents: bound the wait with statement_timeout (a session setting, reset after).
+    const got = await tokenOf(conn, client, name, timeoutMs, {
+      trySql: 'SELECT pgfence.try_lock_fenced(pgfence.lock_key($1))::text AS t',
+      waitSql: 'SELECT pgfence.lock_fenced(pgfence.lock_key($1))::text AS t',
+      setting: 'statement_timeout',
+      timedOut: '57014',
+    });
+    if (got === null) return null;
+    const notice = new LossNotice();
+    conn.onBroken = () => notice.fire('session-lost');
+    let released = false;
+    const hold: KindHold = {
+      token: got,
+      tokenDurable: true,
+      // The session answered: it still holds its session locks.
+      believe: () =>
         conn.serial.run(async () => {
-          started();
-          const client = await conn.get();
-          let got: bigint | null;
-          if (timeoutMs === null) {
-            got = token((await conn.on<{ t: string | null }>(client, 'SELECT pgfence.try_lock_fenced(pgfence.lock_key($1))::text AS t', [name]))[0]!.t);
-          } else {
-            // As the interface documents: bound the wait with statement_timeout.
-            await conn.on(client, `SELECT set_config('statement_timeout', $1, false)`, [String(Math.max(1, timeoutMs))]);
-            try {
-              got = token((await conn.on<{ t: string }>(client, 'SELECT pgfence.lock_fenced(pgfence.lock_key($1))::text AS t', [name], timeoutMs))[0]!.t);
-            } catch (err) {
-              if (!isState(err, '57014')) throw err;
-              got = null;
-            } finally {
-              await conn.on(client, `SELECT set_config('statement_timeout', '0', false)`).catch(() => {});
-            }
+          if (released || notice.lost) return false;
+          try {
+            await conn.on(client, 'SELECT 1');
+            return !notice.lost;
+          } catch {
+            return false;
           }
-          if (got === null) return null;
-          const notice = new LossNotice();
-          conn.onBroken = () => notice.fire('session-lost');
-          let released = false;
-          const hold: KindHold = {
-            token: got,
-            tokenDurable: true,
-            // The session answered: it still holds its session locks.
-            believe: () =>
-              conn.serial.run(async () => {
-                if (released || notice.lost) return false;
-                try {
-                  await conn.on(client, 'SELECT 1');
-                  return !notice.lost;
-                } catch {
-                  return false;
-                }
-              }),
-            onLost: (listener) => notice.on(listener),
-            release: () =>
-              conn.serial.run(async () => {
-                released = true;
-                if (notice.lost) return { released: false };
-                try {
-                  const rows = await conn.on<{ ok: boolean }>(client, 'SELECT pgfence.unlock(pgfence.lock_key($1)) AS ok', [name]);
-                  return { released: rows[0]!.ok };
-                } catch {
-                  return { released: false };
-                }
-              }),
-          };
-          return hold;
         }),
-      close: () => conn.close(),
+      onLost: (listener) => notice.on(listener),
+      release: () =>
+        conn.serial.run(async () => {
+          released = true;
+          if (notice.lost) return { released: false };
+          try {
+            const rows = await conn.on<{ ok: boolean }>(client, 'SELECT pgfence.unlock(pgfence.lock_key($1)) AS ok', [name]);
+            return { released: rows[0]!.ok };
+          } catch {
+            return { released: false };
+          }
+        }),
     };
-  },
+    return hold;
+  }),
 };
 
 /** How much earlier than the database's expiry an SQL lease holder stops trusting its lease. */
@@ -222,41 +257,26 @@ export const sqlLease: KindAdapter = {
   modes: ['exclusive'],
   supports: { try: true, abort: false, renew: true },
   tokens: true,
-  lossWindowMs: () => 0,
-  destroyedBy: [],
+  ...LEASE_SCOPED,
   closeEndsConnection: true,
-  open: async (ctx) => {
-    const conn = new Connection(ctx.url, statementGuardMs(ctx.keepaliveMs));
-    // A lease outlives its connection: a client shutting down gives back what it holds, then disconnects.
-    let current: KindHold | null = null;
-    const track = (hold: KindHold | null) => (current = hold);
-    return {
-      acquire: ({ name, timeoutMs, started }) =>
-        conn.serial.run(async () => {
-          started();
-          const sent = now();
-          if (timeoutMs === null) {
-            const rows = await conn.query<{ granted: boolean; t: string }>('SELECT granted, token::text AS t FROM pgfence.try_lease(pgfence.lock_key($1), $2, $3, $1)', [
-              name,
-              ctx.leaseTtlMs,
-              ctx.owner,
-            ]);
-            return track(rows[0]!.granted ? sqlLeaseHold(conn, ctx, name, BigInt(rows[0]!.t), sent) : null);
-          }
-          const rows = await conn.query<{ t: string | null }>('SELECT pgfence.lease(pgfence.lock_key($1), $2, $3, $4, $1)::text AS t', [name, ctx.leaseTtlMs, timeoutMs, ctx.owner], timeoutMs);
-          const got = token(rows[0]!.t);
-          if (got === null) return null;
-          // The wait may have taken most of the TTL: renew at once, so the deadline counts from a known send.
-          const renewedAt = now();
-          const renewed = await conn.query<{ e: Date | null }>('SELECT pgfence.renew_lease(pgfence.lock_key($1), $2, $3) AS e', [name, String(got), ctx.leaseTtlMs]);
-          return track(sqlLeaseHold(conn, ctx, name, got, renewed[0]!.e === null ? -Infinity : renewedAt));
-        }),
-      close: async () => {
-        await current?.release().catch(() => {});
-        await conn.close();
-      },
-    };
-  },
+  open: sqlKind(async (conn, _client, { name, timeoutMs }, ctx) => {
+    const sent = now();
+    if (timeoutMs === null) {
+      const rows = await conn.query<{ granted: boolean; t: string }>('SELECT granted, token::text AS t FROM pgfence.try_lease(pgfence.lock_key($1), $2, $3, $1)', [
+        name,
+        ctx.leaseTtlMs,
+        ctx.owner,
+      ]);
+      return rows[0]!.granted ? sqlLeaseHold(conn, ctx, name, BigInt(rows[0]!.t), sent) : null;
+    }
+    const rows = await conn.query<{ t: string | null }>('SELECT pgfence.lease(pgfence.lock_key($1), $2, $3, $4, $1)::text AS t', [name, ctx.leaseTtlMs, timeoutMs, ctx.owner], timeoutMs);
+    const got = token(rows[0]!.t);
+    if (got === null) return null;
+    // The wait may have taken most of the TTL: renew at once, so the deadline counts from a known send.
+    const renewedAt = now();
+    const renewed = await conn.query<{ e: Date | null }>('SELECT pgfence.renew_lease(pgfence.lock_key($1), $2, $3) AS e', [name, String(got), ctx.leaseTtlMs]);
+    return sqlLeaseHold(conn, ctx, name, got, renewed[0]!.e === null ? -Infinity : renewedAt);
+  }, { releaseOnClose: true }),
 };
 
 export const sqlXact: KindAdapter = {
@@ -265,46 +285,31 @@ export const sqlXact: KindAdapter = {
   modes: ['exclusive'],
   supports: { try: true, abort: false, renew: false },
   tokens: true,
-  lossWindowMs: detectionBoundMs,
-  destroyedBy: ['backend-kill', 'restart'],
+  ...SESSION_SCOPED,
   closeEndsConnection: true,
-  open: async (ctx) => {
-    const conn = new Connection(ctx.url, statementGuardMs(ctx.keepaliveMs));
-    return {
-      acquire: ({ name, timeoutMs, started }) =>
-        conn.serial.run(async () => {
-          started();
-          const client = await conn.get();
-          await conn.on(client, 'BEGIN');
-          try {
-            let got: bigint | null;
-            if (timeoutMs === null) {
-              got = token((await conn.on<{ t: string | null }>(client, 'SELECT pgfence.try_xact_lock_fenced(pgfence.lock_key($1))::text AS t', [name]))[0]!.t);
-            } else {
-              await conn.on(client, `SELECT set_config('lock_timeout', $1, true)`, [String(Math.max(1, timeoutMs))]);
-              try {
-                got = token((await conn.on<{ t: string }>(client, 'SELECT pgfence.xact_lock_fenced(pgfence.lock_key($1))::text AS t', [name], timeoutMs))[0]!.t);
-              } catch (err) {
-                if (!isState(err, '55P03')) throw err;
-                got = null;
-              }
-            }
-            if (got === null) {
-              await conn.on(client, 'ROLLBACK');
-              return null;
-            }
-            return transactionHold(got, {
-              ping: () => conn.on(client, 'SELECT 1'),
-              commit: () => conn.on(client, 'COMMIT'),
-              rollback: () => conn.on(client, 'ROLLBACK'),
-              write: (write) => write({ pg: client }),
-            });
-          } catch (err) {
-            await conn.on(client, 'ROLLBACK').catch(() => {});
-            throw err;
-          }
-        }),
-      close: () => conn.close(),
-    };
-  },
+  open: sqlKind(async (conn, client, { name, timeoutMs }) => {
+    await conn.on(client, 'BEGIN');
+    try {
+      // Bounded with SET LOCAL lock_timeout, as the interface documents.
+      const got = await tokenOf(conn, client, name, timeoutMs, {
+        trySql: 'SELECT pgfence.try_xact_lock_fenced(pgfence.lock_key($1))::text AS t',
+        waitSql: 'SELECT pgfence.xact_lock_fenced(pgfence.lock_key($1))::text AS t',
+        setting: 'lock_timeout',
+        timedOut: '55P03',
+      });
+      if (got === null) {
+        await conn.on(client, 'ROLLBACK');
+        return null;
+      }
+      return transactionHold(got, {
+        ping: () => conn.on(client, 'SELECT 1'),
+        commit: () => conn.on(client, 'COMMIT'),
+        rollback: () => conn.on(client, 'ROLLBACK'),
+        write: (write) => write({ pg: client }),
+      });
+    } catch (err) {
+      await conn.on(client, 'ROLLBACK').catch(() => {});
+      throw err;
+    }
+  }),
 };

@@ -2,7 +2,7 @@
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import type pg from 'pg';
 import * as kyselyLocks from '../../../src/kysely/index.js';
-import { detectionBoundMs, driver, type KindAdapter, statementGuardMs, transactionHold, transactionPool } from './kind.js';
+import { driver, SESSION_SCOPED, type KindAdapter, statementGuardMs, transactionHold, transactionPool } from './kind.js';
 
 export const xactKysely: KindAdapter = {
   kind: 'xact-kysely',
@@ -10,8 +10,7 @@ export const xactKysely: KindAdapter = {
   modes: ['exclusive', 'shared'],
   supports: { try: true, abort: true, renew: false },
   tokens: true,
-  lossWindowMs: detectionBoundMs,
-  destroyedBy: ['backend-kill', 'restart'],
+  ...SESSION_SCOPED,
   closeEndsConnection: true,
   open: async (ctx) => {
     const pool = transactionPool(ctx.url, statementGuardMs(ctx.keepaliveMs));

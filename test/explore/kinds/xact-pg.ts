@@ -1,6 +1,6 @@
 /** Transaction advisory locks (xactLock / tryXactLock) on node-postgres clients, one transaction per hold. */
 import { tryXactLock, xactLock } from '../../../src/index.js';
-import { detectionBoundMs, driver, type KindAdapter, statementGuardMs, transactionHold, transactionPool } from './kind.js';
+import { driver, SESSION_SCOPED, type KindAdapter, statementGuardMs, transactionHold, transactionPool } from './kind.js';
 
 export const xactPg: KindAdapter = {
   kind: 'xact-pg',
@@ -8,8 +8,7 @@ export const xactPg: KindAdapter = {
   modes: ['exclusive', 'shared'],
   supports: { try: true, abort: true, renew: false },
   tokens: true,
-  lossWindowMs: detectionBoundMs,
-  destroyedBy: ['backend-kill', 'restart'],
+  ...SESSION_SCOPED,
   closeEndsConnection: true,
   open: async (ctx) => {
     const pool = transactionPool(ctx.url, statementGuardMs(ctx.keepaliveMs));
