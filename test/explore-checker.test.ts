@@ -110,6 +110,15 @@ describe('the exploration checker, on hand-made histories', () => {
     expect(types(history({ holds: [leaseA, b], acts, faults: [{ ...fault, targets: [leaseA.actor] }] }))).toEqual(['stale-act']);
   });
 
+  it('takes a lease grant for proof only through its acts or a release that found it live (an answer may come after its TTL)', () => {
+    const lock = released({ grantedAt: 0, releasedAt: 100 });
+    const late = hold({ grantedAt: 50, kind: 'lease', family: 'lease', end: 'lost', endedAt: 70, lostAt: 70, lostReason: 'lease-expired' });
+    expect(types(history({ holds: [lock, late] }))).toEqual([]);
+    expect(types(history({ holds: [lock, late], acts: [{ hold: late.id, from: 60, to: 60 }] }))).toEqual(['overlap']);
+    // A session lock's answer does prove it: session locks do not run out.
+    expect(types(history({ holds: [lock, { ...late, kind: 'fenced', family: 'session' }] }))).toEqual(['overlap']);
+  });
+
   it('names more permits held at once than the semaphore has', () => {
     const permit = (grantedAt: number, releasedAt: number) => released({ grantedAt, releasedAt, kind: 'semaphore', family: 'permit', name: 's0' });
     expect(types(history({ holds: [permit(0, 100), permit(10, 100), permit(100, 200)] }))).toEqual([]);

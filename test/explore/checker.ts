@@ -56,7 +56,10 @@ class CheckContext {
     this.config = h.config;
     for (const act of h.acts) push(this.actsOf, act.hold, act);
     for (const fault of h.faults) for (const actor of fault.targets) push(this.faultsOf, actor, fault);
-    for (const hold of h.holds) this.certain.set(hold.id, { hold, from: hold.grantedAt, to: this.certainEnd(hold) });
+    for (const hold of h.holds) {
+      const to = this.certainEnd(hold);
+      if (to >= hold.grantedAt) this.certain.set(hold.id, { hold, from: hold.grantedAt, to });
+    }
   }
 
   /** The first fault that reached the hold's actor while it held (or was still going on at the grant). */
@@ -69,10 +72,15 @@ class CheckContext {
     return first;
   }
 
+  /**
+   * Where the certain interval ends; -Infinity when there is none. A lease's grant may be answered
+   * after its TTL ran out (its answer was held up on the way): only its acts, or a release that found
+   * it live, prove it held.
+   */
   private certainEnd(hold: HoldRecord): number {
     if (hold.released === true && hold.releaseInvokedAt !== undefined) return hold.releaseInvokedAt;
     const cutoff = Math.min(this.firstFaultAt(hold), hold.endedAt ?? Infinity);
-    let last = hold.grantedAt;
+    let last = hold.family === 'lease' ? -Infinity : hold.grantedAt;
     for (const act of this.actsOf.get(hold.id) ?? []) if (act.to <= cutoff && act.from > last) last = act.from;
     return last;
   }
@@ -104,11 +112,11 @@ class CheckContext {
 
   *exclusion(): Generator<Violation> {
     for (const holds of this.byName((h) => h.family !== 'permit').values()) {
-      holds.sort((a, b) => a.grantedAt - b.grantedAt);
-      for (let i = 0; i < holds.length; i++) {
-        const a = this.certain.get(holds[i]!.id)!;
-        for (let j = i + 1; j < holds.length; j++) {
-          const b = this.certain.get(holds[j]!.id)!;
+      const intervals = holds.flatMap((h) => this.certain.get(h.id) ?? []).sort((a, b) => a.from - b.from);
+      for (let i = 0; i < intervals.length; i++) {
+        const a = intervals[i]!;
+        for (let j = i + 1; j < intervals.length; j++) {
+          const b = intervals[j]!;
           if (b.from >= a.to) break; // sorted by grant: no later hold meets a
           if (!this.conflict(a.hold, b.hold)) continue;
           yield {
@@ -122,9 +130,9 @@ class CheckContext {
       }
       // Acts after a hold's certain end: the holder still believed; nobody else may certainly hold then.
       for (const hold of holds) {
-        const own = this.certain.get(hold.id)!;
+        const ownEnd = this.certain.get(hold.id)?.to ?? -Infinity;
         for (const act of this.actsOf.get(hold.id) ?? []) {
-          if (act.from <= own.to) continue;
+          if (act.from <= ownEnd) continue;
           const other = holds.find((o) => this.conflict(hold, o) && this.containsAct(o, act));
           if (!other || this.excusingFault(hold, act.from)) continue;
           yield {
@@ -138,8 +146,8 @@ class CheckContext {
   }
 
   private containsAct(hold: HoldRecord, act: ActRecord): boolean {
-    const c = this.certain.get(hold.id)!;
-    return c.from < act.from && act.to < c.to;
+    const c = this.certain.get(hold.id);
+    return c !== undefined && c.from < act.from && act.to < c.to;
   }
 
   *permits(): Generator<Violation> {
@@ -147,8 +155,8 @@ class CheckContext {
       const permits = this.config.permits[name] ?? 1;
       const points: [number, number, HoldRecord][] = [];
       for (const hold of holds) {
-        const c = this.certain.get(hold.id)!;
-        if (c.to <= c.from) continue;
+        const c = this.certain.get(hold.id);
+        if (!c || c.to <= c.from) continue;
         points.push([c.from, 1, hold], [c.to, -1, hold]);
       }
       // Ends before starts at one instant: touching intervals do not overlap.
@@ -168,9 +176,9 @@ class CheckContext {
         }
       }
       for (const hold of holds) {
-        const own = this.certain.get(hold.id)!;
+        const ownEnd = this.certain.get(hold.id)?.to ?? -Infinity;
         for (const act of this.actsOf.get(hold.id) ?? []) {
-          if (act.from <= own.to) continue;
+          if (act.from <= ownEnd) continue;
           const others = holds.filter((o) => o !== hold && this.containsAct(o, act));
           if (others.length < permits || this.excusingFault(hold, act.from)) continue;
           yield {
