@@ -9,7 +9,7 @@ import { type PrivateCluster, privateClusterUnavailable, startPrivateCluster } f
 import { stringifyHistory } from './explore/history-json.js';
 import { exploreRound, type RoundResult } from './explore/run.js';
 
-const SHORT_ROUND_MS = 30_000;
+const SHORT_ROUND_MS = 25_000;
 const ROUND_MS = 60_000;
 const seedFromEnv = process.env.PGFENCE_EXPLORE_SEED;
 const minutes = Number(process.env.PGFENCE_EXPLORE_MINUTES ?? 0);
