@@ -94,18 +94,22 @@ function sqlKind(
 ): KindAdapter['open'] {
   return async (ctx) => {
     const conn = new Connection(ctx.url, statementGuardMs(ctx.keepaliveMs));
-    let current: KindHold | null = null;
+    let current: { hold: KindHold; name: string } | null = null;
     return {
       acquire: (request) =>
         conn.serial.run(async () => {
           request.started();
-          current = await take(conn, await conn.get(), request, ctx);
-          return current;
+          const hold = await take(conn, await conn.get(), request, ctx);
+          current = hold && { hold, name: request.name };
+          return hold;
         }),
       close: async () => {
         await conn.close();
-        if (!opts.releaseOnClose) return;
-        await current?.release().catch(() => {});
+        const last = current;
+        if (!opts.releaseOnClose || !last) return;
+        // Its own release (which stops its renewals), then by token in case a release under way was cancelled.
+        await last.hold.release().catch(() => {});
+        await conn.query('SELECT pgfence.release_lease(pgfence.lock_key($1), $2)', [last.name, String(last.hold.token)]).catch(() => {});
         await conn.close();
       },
     };
