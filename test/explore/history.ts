@@ -132,7 +132,7 @@ export interface ExploreConfig {
   knownNonExclusive: [Family, Family][];
   /** Faults that certainly end a hold of a kind (a release after them must answer false). */
   destroyedBy: Record<string, FaultType[]>;
-  /** After close, how long the database may still show an actor's locks before it is a leak (0: none). */
+  /** After close, how long the database may still show an actor's advisory locks before it is a leak (0: none; lease rows: never). */
   closeLingerMs: number;
   /**
    * Kinds whose close ends a connection of the application's own (xact, SQL): a statement still waiting

@@ -73,7 +73,7 @@ export function roundConfig(seed: number, keepaliveMs: number, slackMs: number):
     knownNonExclusive: KNOWN_NON_EXCLUSIVE,
     destroyedBy: Object.fromEntries(kinds.map((k) => [k.kind, [...k.destroyedBy]])),
     // Known (issue 20, bug 1, being fixed elsewhere): close() resolves before its sessions' backends have
-    // exited and before a closed waiter's marker is withdrawn; they go within milliseconds. Strict: 0.
+    // exited and before a closed waiter's marker is withdrawn; they go soon after. Strict: 0.
     closeLingerMs: CLOSE_LINGER_MS,
     statementLingerMs: Object.fromEntries(kinds.filter((k) => k.closeEndsConnection).map((k) => [k.kind, MAX_WAIT_MS])),
     knownUntyped: KNOWN_UNTYPED,
