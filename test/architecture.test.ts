@@ -1,4 +1,4 @@
-import { readdirSync, statSync } from 'node:fs';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { importCycles, importGraph, largestFiles } from './support/import-graph.js';
@@ -52,5 +52,19 @@ describe('architecture', () => {
       }
     }
     expect(wrong).toEqual([]);
+  });
+
+  it('says why wherever it drops a rejection (.catch(() => {})): on that line or in the comment just above', () => {
+    const silent: string[] = [];
+    for (const file of readdirSync(SRC, { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.ts'))) {
+      const lines = readFileSync(join(SRC, file), 'utf8').split('\n');
+      lines.forEach((line, i) => {
+        if (!/\.catch\(\(\) => (\{\}|false|null|undefined)\)/.test(line) || line.includes('//')) return;
+        let above = i - 1;
+        while (above >= 0 && lines[above]!.trim() === '') above--;
+        if (!/^\s*(\/\/|\*|\/\*)/.test(lines[above] ?? '')) silent.push(`${file}:${i + 1}`);
+      });
+    }
+    expect(silent).toEqual([]);
   });
 });

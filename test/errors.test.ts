@@ -1,14 +1,21 @@
 import { createServer, type Socket } from 'node:net';
+import { Kysely, PostgresDialect } from 'kysely';
+import pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
 import {
   createLocker,
+  fencedClaim,
+  fencedUpdate,
+  fencingColumnSql,
+  InvalidArgumentError,
   LockerClosedError,
   LockUnavailableError,
   NestedLockError,
   PgfenceError,
   type Locker,
 } from '../src/index.js';
-import { eventually, track, useMigratedDatabase } from './support/db.js';
+import * as kyselyFencing from '../src/kysely/index.js';
+import { appName, eventually, killBackends, track, useMigratedDatabase } from './support/db.js';
 
 /** Errors that say what happened: a closed locker is not an outage; a refusal names the case and the fix. */
 
@@ -128,5 +135,78 @@ describe('nested locks', () => {
     expect((lease as Error).message).toMatch(/^lease "nested:lease" .* take the lease outside it/);
     const lock = await rejection(locker.withLock('nested:outer3', () => locker.acquire('nested:inner')));
     expect((lock as Error).message).toMatch(/^lock "nested:inner" .* take both with acquireAll\(\)/);
+  });
+});
+
+describe('guarded writes on a table that does not fit, or over a lost connection', () => {
+  /** Every way to run a guarded statement: fencedUpdate and fencedClaim, through node-postgres and Kysely. */
+  const writers = (client: pg.ClientBase | pg.Pool, kdb: Kysely<any>) => ({
+    'fencedUpdate (pg)': (table: string, column?: string) => fencedUpdate(client, { table, set: { v: 'x' }, where: { id: 1 }, token: 5n, column }),
+    'fencedClaim (pg)': (table: string, column?: string) => fencedClaim(client, { table, where: { id: 1 }, token: 5n, column }),
+    'fencedUpdate (Kysely)': (table: string, column?: string) => kyselyFencing.fencedUpdate(kdb, { table, set: { v: 'x' }, where: { id: 1 }, token: 5n, column }),
+    'fencedClaim (Kysely)': (table: string, column?: string) => kyselyFencing.fencedClaim(kdb, { table, where: { id: 1 }, token: 5n, column }),
+  });
+
+  it('a missing fencing column: PGFENCE_NOT_MIGRATED, saying how to add it, with the cause', async () => {
+    const pool = new pg.Pool({ connectionString: db.url, max: 2 });
+    const kdb = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: db.url, max: 2 }) }) });
+    try {
+      await pool.query(`CREATE TABLE unfenced (id int PRIMARY KEY, v text); INSERT INTO unfenced VALUES (1, 'a')`);
+      for (const [label, write] of Object.entries(writers(pool, kdb))) {
+        for (const column of [undefined, 'epoch']) {
+          const err = await rejection(write('unfenced', column));
+          expect(err, label).toBeInstanceOf(PgfenceError);
+          expect((err as PgfenceError).code, label).toBe('PGFENCE_NOT_MIGRATED');
+          const sql = fencingColumnSql('unfenced', column === undefined ? undefined : { column });
+          expect((err as Error).message, label).toContain(sql);
+          expect((err as Error).message, label).toContain('addFencingColumn');
+          expect(((err as Error).cause as { code?: string }).code, label).toBe('42703');
+        }
+      }
+      // Once added as it says, the same write goes through.
+      await pool.query(fencingColumnSql('unfenced'));
+      expect((await fencedUpdate(pool, { table: 'unfenced', set: { v: 'b' }, where: { id: 1 }, token: 5n })).applied).toBe(true);
+    } finally {
+      await kdb.destroy();
+      await pool.end();
+    }
+  });
+
+  it('a missing table or column: InvalidArgumentError naming the argument, with the cause', async () => {
+    const pool = new pg.Pool({ connectionString: db.url, max: 2 });
+    const kdb = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: db.url, max: 2 }) }) });
+    try {
+      for (const [label, write] of Object.entries(writers(pool, kdb))) {
+        const err = await rejection(write('no_such_table'));
+        expect(err, label).toBeInstanceOf(InvalidArgumentError);
+        expect((err as InvalidArgumentError).argument, label).toBe('table');
+        expect(((err as Error).cause as { code?: string }).code, label).toBe('42P01');
+      }
+      await pool.query(`CREATE TABLE fenced_no_v (id int PRIMARY KEY, fencing_token bigint); INSERT INTO fenced_no_v VALUES (1, NULL)`);
+      const err = await rejection(fencedUpdate(pool, { table: 'fenced_no_v', set: { v: 'x' }, where: { id: 1 }, token: 5n }));
+      expect(err).toBeInstanceOf(InvalidArgumentError);
+      expect((err as Error).message).toContain('column "v"');
+      expect(((err as Error).cause as { code?: string }).code).toBe('42703');
+    } finally {
+      await kdb.destroy();
+      await pool.end();
+    }
+  });
+
+  it('a connection that died: LockUnavailableError with the cause', async () => {
+    const app = appName('guarded');
+    const client = new pg.Client({ connectionString: db.urlWith({ application_name: app }) });
+    client.on('error', () => {}); // the kill below is the point
+    await client.connect();
+    try {
+      await killBackends(db.url, app);
+      const err = await rejection(fencedUpdate(client, { table: 'unfenced', set: { v: 'x' }, where: { id: 1 }, token: 5n }));
+      expect(err).toBeInstanceOf(LockUnavailableError);
+      expect((err as Error).cause).toBeInstanceOf(Error);
+      const claim = await rejection(fencedClaim(client, { table: 'unfenced', where: { id: 1 }, token: 5n }));
+      expect(claim).toBeInstanceOf(LockUnavailableError);
+    } finally {
+      await client.end().catch(() => {});
+    }
   });
 });

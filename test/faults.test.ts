@@ -2,9 +2,12 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { createLocker, LockLostError, LockUnavailableError, type LostEvent, PgfenceError } from '../src/index.js';
-import { appName, eventually, freePortUrl, killBackends, track, useMigratedDatabase, useTestDatabase } from './support/db.js';
-import { TcpProxy } from './support/tcp-proxy.js';
+import { createLocker, LockLostError, lockKey, LockUnavailableError, type LostEvent, PgfenceError } from '../src/index.js';
+import { appName, eventually, freePortUrl, killBackends, queryOnce, track, useMigratedDatabase, useTestDatabase } from './support/db.js';
+import { capturingLogger } from './support/log.js';
+import { pgDeprecationWarnings } from './support/no-pg-deprecations.js';
+import { advisoryLocksOf, markersOf } from './support/server-locks.js';
+import { proxyTo, TcpProxy } from './support/tcp-proxy.js';
 
 let db: Awaited<ReturnType<typeof useTestDatabase>>;
 
@@ -94,12 +97,9 @@ describe('a connection that ends under the first lease statement', () => {
   // listener is off while it is out: an ending connection's 'error' went unheard, an uncaught exception.
   it('rejects typed, and no error event goes unhandled', async () => {
     const migrated = await useMigratedDatabase('faults_lease_end');
-    const target = new URL(migrated.url);
-    const proxy = await new TcpProxy(target.hostname, Number(target.port || 5432)).start();
+    const { proxy, url } = await proxyTo(migrated.url);
     try {
-      const url = new URL(migrated.url);
-      url.port = String(proxy.port);
-      const locker = track(createLocker({ connectionString: url.toString() }));
+      const locker = track(createLocker({ connectionString: url }));
       await locker.inspect(); // a pool connection, idle now: the check below takes it without connecting
       proxy.stall();
       const taking = locker.tryLease('fault:lease-end').catch((e: unknown) => e);
@@ -108,6 +108,33 @@ describe('a connection that ends under the first lease statement', () => {
       expect(await taking).toBeInstanceOf(PgfenceError);
       proxy.heal();
     } finally {
+      await proxy.close();
+    }
+  });
+});
+
+describe('the release listener behind a stalled network', () => {
+  it('sends one keepalive probe at a time (a query queued behind a busy one is deprecated, gone in pg 9) and gives up at its deadline', async () => {
+    const migrated = await useMigratedDatabase('faults_listener');
+    const { proxy, url } = await proxyTo(migrated.url);
+    try {
+      const { entries, logger } = capturingLogger();
+      // Probes every 200 ms, each given 2000 ms to answer: a stalled network would queue several.
+      const waiter = track(createLocker({ connectionString: url, keepaliveMs: 200, logger }));
+      const holder = track(createLocker({ connectionString: migrated.url }));
+      const lease = await holder.lease('fault:listener', { ttlMs: 60_000 });
+      const waiting = waiter.lease('fault:listener', { timeoutMs: 30_000 }).catch((err: unknown) => err);
+      // A waiting lease listens first, then announces itself with a marker: the listener is up.
+      await eventually(async () => (await markersOf(migrated.url, lease.key)) > 0, 15_000, 'the wait to be announced');
+      proxy.stall();
+      await eventually(() => entries.some((e) => e.level === 'warn' && /release listener lost/.test(e.msg)), 15_000, 'the listener to be given up');
+      expect(pgDeprecationWarnings.map((w) => w.message)).toEqual([]);
+      proxy.heal();
+      await lease.release();
+      const outcome = await waiting;
+      if (!(outcome instanceof Error)) await (outcome as { release(): Promise<boolean> }).release();
+    } finally {
+      proxy.heal();
       await proxy.close();
     }
   });
@@ -242,5 +269,33 @@ describe('a lock lost while the holder cannot hear of it', () => {
     expect(await lease.release()).toBe(false);
     expect(lease.signal.reason).toBeInstanceOf(LockLostError);
     await taken!.release();
+  });
+});
+
+describe('a session whose setup statement fails', () => {
+  it('is never used: the caller gets LockUnavailableError with the cause, it is logged, and a lease of the name still excludes', async () => {
+    const migrated = await useMigratedDatabase('faults_setup');
+    // Found before pg_catalog's on this search_path: the setup statement's privilege check fails, nothing else does.
+    await queryOnce(
+      migrated.url,
+      `CREATE SCHEMA shadow;
+       CREATE FUNCTION shadow.has_table_privilege(oid, text) RETURNS boolean LANGUAGE plpgsql
+         AS $$BEGIN RAISE EXCEPTION 'pgfence test: the setup statement fails'; END$$`,
+    );
+    const leaser = track(createLocker({ connectionString: migrated.url }));
+    const lease = await leaser.lease('fault:setup', { ttlMs: 60_000 });
+    const { entries, logger } = capturingLogger();
+    const broken = track(
+      createLocker({ connectionString: migrated.urlWith({ options: '-c search_path=shadow,pg_catalog,public' }), logger, maxSessions: 1 }),
+    );
+    const outcome = await broken.acquire('fault:setup', { timeoutMs: 5000 }).catch((err: unknown) => err);
+    if (!(outcome instanceof Error)) await (outcome as { release(): Promise<boolean> }).release();
+    expect(outcome).toBeInstanceOf(LockUnavailableError);
+    expect((outcome as Error).message).toMatch(/setup statement did not succeed: pgfence test: the setup statement fails/);
+    const logged = entries.filter((e) => e.level === 'warn' && /setup failed/.test(e.msg));
+    expect(logged.map((e) => (e.obj.err as Error).message)).toContain('pgfence test: the setup statement fails');
+    // Nothing was taken on the broken session, and the lease is still the only holder of the name.
+    expect(await advisoryLocksOf(migrated.url, lockKey('fault:setup'))).toBe(0);
+    expect(await lease.release()).toBe(true);
   });
 });

@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createLocker, InvalidArgumentError, LockLostError, LockTimeoutError, lockKey, type Locker } from '../src/index.js';
 import { releaseLeaseSql, renewLeaseSql } from '../src/lease/lease-sql.js';
 import { NOTIFY_CHANNEL } from '../src/session/listener.js';
@@ -163,6 +163,39 @@ describe('leases', () => {
     const again = await locker.tryLease('lease:with');
     expect(again).not.toBeNull();
     await again!.release();
+  });
+});
+
+describe('leases and the client wall clock', () => {
+  const HOUR_MS = 3_600_000;
+  /** This process's wall clock (Date) runs `skewMs` off and keeps ticking; timers and performance.now() are untouched. */
+  const skewWallClock = (skewMs: number) => vi.useFakeTimers({ toFake: ['Date'], now: Date.now() + skewMs, shouldAdvanceTime: true });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('a wall clock an hour ahead loses no lease early: it is renewed and keeps others out', async () => {
+    skewWallClock(HOUR_MS);
+    const [holder, other] = [open(), open()];
+    const l = await holder.lease('lease:clock-ahead', { ttlMs: 1500 });
+    const firstExpiry = l.expiresAt.getTime();
+    expect(Date.now() - firstExpiry).toBeGreaterThan(HOUR_MS / 2); // by this process's clock the lease expired long ago
+    await eventually(() => l.expiresAt.getTime() > firstExpiry || l.signal.aborted, 15_000, 'a renewal (or a loss)');
+    expect(l.signal.aborted).toBe(false);
+    expect(await other.tryLease('lease:clock-ahead')).toBeNull();
+    expect(await l.release()).toBe(true);
+  });
+
+  it('a wall clock an hour behind still learns of expiry before anyone else can take the lease', async () => {
+    skewWallClock(-HOUR_MS);
+    const holder = await open().lease('lease:clock-behind', { ttlMs: 1500, renew: false });
+    expect(holder.expiresAt.getTime() - Date.now()).toBeGreaterThan(HOUR_MS / 2); // by this process's clock it has an hour left
+    const contender = open();
+    let taken: Awaited<ReturnType<Locker['tryLease']>> = null;
+    await eventually(async () => (taken = await contender.tryLease('lease:clock-behind')) !== null, 15_000, 'the lease to expire on the database clock');
+    expect(holder.signal.aborted).toBe(true);
+    expect((holder.signal.reason as LockLostError).reason).toBe('lease-expired');
+    await taken!.release();
   });
 });
 

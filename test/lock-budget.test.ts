@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLocker, InvalidArgumentError, LockBudgetError, LockTableFullError, type LockHandle } from '../src/index.js';
+import { capabilityMissing } from './support/capability.js';
 import { appName, queryOnce, track, useTestDatabase } from './support/db.js';
 import { type PrivateCluster, privateClusterUnavailable, startPrivateCluster } from './support/cluster.js';
 
@@ -57,14 +58,9 @@ describe('maxHeldLocks', () => {
 });
 
 /** A server with a tiny lock table (it must never be the shared test server: a full table fails everyone's connections). */
-const unavailable = privateClusterUnavailable();
-if (unavailable) {
-  const line = `[pgfence tests] LOCK-TABLE TESTS SKIPPED: ${unavailable} (they start a PostgreSQL of their own)`;
-  if (process.env.PGFENCE_REQUIRE_TOPOLOGY_TESTS === '1') throw new Error(line);
-  console.warn(line);
-}
+const skipped = capabilityMissing('LOCK-TABLE TESTS', privateClusterUnavailable(), 'they start a PostgreSQL of their own');
 
-describe.skipIf(unavailable !== null)("the server's lock table", () => {
+describe.skipIf(skipped)("the server's lock table", () => {
   let cluster: PrivateCluster;
   // 10 x (20 + 0) = 200 lock slots by the formula (the server allocates a little more: some slack).
   beforeAll(async () => {

@@ -10,6 +10,7 @@ import {
   type TimeoutEvent,
 } from '../src/index.js';
 import { appName, eventually, killBackends, track, useTestDatabase } from './support/db.js';
+import { capturingLogger } from './support/log.js';
 
 let db: Awaited<ReturnType<typeof useTestDatabase>>;
 let admin: pg.Client;
@@ -215,15 +216,8 @@ describe('a busy lock is not an unreachable database', () => {
 });
 
 describe('logging of close', () => {
-  /** A logger that keeps every entry, by level. */
-  function capture() {
-    const entries: { level: string; msg: string }[] = [];
-    const at = (level: string) => (_obj: object, msg?: string) => void entries.push({ level, msg: msg ?? '' });
-    return { entries, logger: { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') } };
-  }
-
   it('a normal close() is not a loss: logged at debug, no warning', async () => {
-    const { entries, logger } = capture();
+    const { entries, logger } = capturingLogger();
     const locker = createLocker({ connectionString: db.url, logger });
     const other = open();
     // Open every kind of connection: the sessions, the waiter session, the release listener.
@@ -241,7 +235,7 @@ describe('logging of close', () => {
   });
 
   it('a real loss is still a warning', async () => {
-    const { entries, logger } = capture();
+    const { entries, logger } = capturingLogger();
     const app = appName('logloss');
     const locker = open({ connectionString: db.urlWith({ application_name: app }), logger });
     const h = await locker.acquire('log:loss');

@@ -4,6 +4,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLocker, type Locker } from '../src/index.js';
 import { deadClientBounds } from '../src/session/server-settings.js';
+import { capabilityMissing } from './support/capability.js';
 import { eventually } from './support/db.js';
 import { createPartitionLab, netnsUnavailable, type PartitionLab } from './support/netns.js';
 
@@ -12,19 +13,14 @@ import { createPartitionLab, netnsUnavailable, type PartitionLab } from './suppo
  * The server must drop the partitioned backend (and its locks) within the documented bound, after the
  * holder's own signal has aborted. Needs root and iproute2; CI sets PGFENCE_REQUIRE_TOPOLOGY_TESTS=1.
  */
-const unavailable = netnsUnavailable();
-if (unavailable) {
-  const line = `[pgfence tests] PARTITION TESTS SKIPPED: ${unavailable} (they need root, iproute2 and network namespaces)`;
-  if (process.env.PGFENCE_REQUIRE_TOPOLOGY_TESTS === '1') throw new Error(line);
-  console.warn(line);
-}
+const skipped = capabilityMissing('PARTITION TESTS', netnsUnavailable(), 'they need root, iproute2 and network namespaces');
 
 const keepaliveMs = Number(process.env.PGFENCE_PARTITION_KEEPALIVE_MS ?? 1000);
 const bounds = deadClientBounds(keepaliveMs, Math.max(2 * keepaliveMs, 2000));
 /** Generous: the test asserts outcomes; the figures are printed for bench notes. */
 const hangGuardMs = 3 * bounds.serverFreeMs + 15_000;
 
-describe.skipIf(unavailable !== null)('a partitioned client', () => {
+describe.skipIf(skipped)('a partitioned client', () => {
   let lab: PartitionLab;
   let admin: pg.Client;
   const lockers: Locker[] = [];

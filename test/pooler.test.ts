@@ -3,6 +3,7 @@ import { promisify } from 'node:util';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLocker, fencedUpdate, migrate, PooledConnectionError, xactLock, tryXactLock } from '../src/index.js';
+import { capabilityMissing } from './support/capability.js';
 import { appName, track, useTestDatabase } from './support/db.js';
 import { type Bouncer, pgbouncerUnavailable, startPgBouncer } from './support/pgbouncer.js';
 
@@ -11,16 +12,11 @@ import { type Bouncer, pgbouncerUnavailable, startPgBouncer } from './support/pg
  * server. Transaction mode shares server connections between clients: session locks must be refused
  * there, and everything transaction-scoped must work through it.
  */
-const unavailable = pgbouncerUnavailable();
-if (unavailable) {
-  const line = `[pgfence tests] POOLER TESTS SKIPPED: ${unavailable}`;
-  if (process.env.PGFENCE_REQUIRE_TOPOLOGY_TESTS === '1') throw new Error(line);
-  console.warn(line);
-}
+const skipped = capabilityMissing('POOLER TESTS', pgbouncerUnavailable());
 
 const WORKERS = 25;
 
-describe.skipIf(unavailable !== null)('behind PgBouncer', () => {
+describe.skipIf(skipped)('behind PgBouncer', () => {
   let db: Awaited<ReturnType<typeof useTestDatabase>>;
   let tx: Bouncer;
   let session: Bouncer;
@@ -153,7 +149,7 @@ describe.skipIf(unavailable !== null)('behind PgBouncer', () => {
   }, 60_000);
 });
 
-describe.skipIf(unavailable !== null)('pgfence status behind PgBouncer', () => {
+describe.skipIf(skipped)('pgfence status behind PgBouncer', () => {
   it('says when the connection it reads through is a transaction pooler', async () => {
     const db = await useTestDatabase('pooler_status');
     const tx = await startPgBouncer(db.url, 'transaction');

@@ -1,7 +1,8 @@
 /**
  * Failover on real streaming replication: a primary and a pg_basebackup -R standby of the machine's
- * own PostgreSQL binaries, the primary crashed (`-m immediate`), the standby promoted. Skipped (with
- * the reason) where the machine has no server binaries to start them with.
+ * own PostgreSQL binaries, the primary crashed (`-m immediate`), the standby promoted. Where the
+ * machine has no server binaries to start them with: skipped (with the reason), and failed under
+ * PGFENCE_REQUIRE_TOPOLOGY_TESTS=1 (CI), like every test that needs a capability.
  */
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -10,12 +11,17 @@ import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createLocker, fencedUpdate, fencingColumnSql, LockLostError, type Locker } from '../src/index.js';
 import { migrate } from '../src/migrate/index.js';
+import { capabilityMissing } from './support/capability.js';
 import { eventually, queryOnce } from './support/db.js';
 import { replicationBinaries, startReplicaPair, type ReplicaPair } from './support/replication.js';
 
 const run = promisify(execFile);
 const bin = replicationBinaries();
-if (!bin) console.log('[replication.test] skipped: no /usr/lib/postgresql/N/bin with initdb, pg_ctl and pg_basebackup');
+const skipped = capabilityMissing(
+  'REPLICATION TESTS',
+  bin ? null : 'no /usr/lib/postgresql/N/bin with initdb, pg_ctl, pg_basebackup and postgres',
+  'they start a primary and a streaming standby of their own',
+);
 
 const pairs: ReplicaPair[] = [];
 const lockers: Locker[] = [];
@@ -76,7 +82,7 @@ async function lockedOn(url: string, key: bigint): Promise<boolean> {
 
 const max = (xs: bigint[]) => xs.reduce((a, b) => (b > a ? b : a));
 
-describe.skipIf(!bin)('failover on streaming replication', () => {
+describe.skipIf(skipped)('failover on streaming replication', () => {
   it('tokens issued after a promotion exceed every earlier one; session holders are told their locks are gone', async () => {
     const p = await pair('sync');
     const before = open(p.primary.url);

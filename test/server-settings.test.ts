@@ -3,18 +3,13 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { createLocker } from '../src/index.js';
 import { deadClientBounds } from '../src/session/server-settings.js';
 import { sleep, track, useTestDatabase } from './support/db.js';
+import { capturingLogger } from './support/log.js';
 
 let db: Awaited<ReturnType<typeof useTestDatabase>>;
 
 beforeAll(async () => {
   db = await useTestDatabase('server_settings');
 });
-
-function captureLogger() {
-  const infos: { obj: unknown; msg: string }[] = [];
-  const noop = () => {};
-  return { infos, logger: { debug: noop, warn: noop, error: noop, info: (obj: unknown, msg: string) => infos.push({ obj, msg }) } };
-}
 
 describe('pinned-session settings', () => {
   it('a pinned session carries dead-client detection derived from keepaliveMs and no idle timeouts', async () => {
@@ -57,7 +52,7 @@ describe('pinned-session settings', () => {
     await admin.connect();
     try {
       await admin.query(`ALTER DATABASE ${db.name} SET idle_session_timeout = '300ms'`);
-      const { infos, logger } = captureLogger();
+      const { entries, logger } = capturingLogger();
       const locker = track(createLocker({ connectionString: db.url, logger }));
       const other = track(createLocker({ connectionString: db.url, keepaliveMs: 60_000 }));
       const h = await locker.acquire('settings:idle');
@@ -67,7 +62,7 @@ describe('pinned-session settings', () => {
       expect(await h.release()).toBe(true);
       // PostgreSQL 15 has no transaction_timeout: said once, at info, and the locker carries on.
       const version = Number((await admin.query('SHOW server_version_num')).rows[0].server_version_num);
-      const lacking = infos.filter((i) => i.msg.includes('lacks'));
+      const lacking = entries.filter((e) => e.level === 'info' && e.msg.includes('lacks'));
       expect(lacking.length).toBe(version < 170000 ? 1 : 0);
     } finally {
       await admin.query(`ALTER DATABASE ${db.name} RESET idle_session_timeout`);

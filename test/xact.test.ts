@@ -13,7 +13,7 @@ import {
 } from '../src/index.js';
 import * as k from '../src/kysely/index.js';
 import { eventually, sleep, useMigratedDatabase } from './support/db.js';
-import { TcpProxy } from './support/tcp-proxy.js';
+import { proxyTo } from './support/tcp-proxy.js';
 
 let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
 let pool: pg.Pool;
@@ -350,13 +350,7 @@ describe('Kysely guarded writes', () => {
 describe('a network blackhole during an xactLock wait', () => {
   // The answer PostgreSQL gives to a wait is due at timeoutMs; the client allows it a grace of 2 s.
   const NO_ANSWER_AFTER_MS = 12_000;
-  const proxied = async () => {
-    const target = new URL(db.url);
-    const proxy = await new TcpProxy(target.hostname, Number(target.port || 5432)).start();
-    const url = new URL(db.url);
-    url.port = String(proxy.port);
-    return { proxy, url: url.toString() };
-  };
+  const proxied = () => proxyTo(db.url);
   /** Sessions of this database waiting for an advisory lock. */
   const advisoryWaiters = async () =>
     (

@@ -111,6 +111,8 @@ export class BlockingWait {
     // The session died (and what it held with it): go on.
     if (err instanceof SessionLostError && err.connected) return lookAgain;
     // Taken but its token failed (say, the schema is missing): give the lock back, report why.
+    // Dropped on failure: the unlock fails only when the session died (and the lock with it) or when a failed
+    // statement was reconciled (which leaves nothing held, or ends the session).
     if (!(err instanceof SessionLostError)) session.run(unlockOp, lock.key).catch(() => {});
     throw schemaMissingError(err) ?? (err instanceof PgfenceError ? err : new LockUnavailableError(String((err as Error)?.message), { cause: err }));
   }

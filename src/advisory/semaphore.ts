@@ -94,9 +94,9 @@ export class SemaphoreManager {
 
   async close(): Promise<void> {
     this.closed = true;
-    // Waiters fail first; a grant still in flight for one of them is handed back before the connections go.
+    // Waiters fail; a grant still in flight for one of them is handed back (the line's give-back, nothing else)
+    // and their wait announcements withdrawn, before the connections go.
     await Promise.all([this.lines.close(closedError()), ...[...this.holding].map((h) => h.release())]);
-    await Promise.all([...this.holding].map((h) => h.release()));
   }
 
   /** @internal */ async release(handle: PermitHandle): Promise<boolean> {

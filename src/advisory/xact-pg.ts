@@ -33,6 +33,7 @@ export function pgExecutor(client: pg.ClientBase): XactExecutor {
       // transaction. end(), unlike a socket error, emits no 'error' event for an unwary caller to crash on.
       if (typeof (client as { totalCount?: unknown }).totalCount === 'number') return; // a pool: no transaction to protect
       const end = (client as { end?: () => Promise<void> }).end;
+      // A failed end() leaves the client ended all the same: nothing runs in that transaction any more.
       if (typeof end === 'function') void Promise.resolve(end.call(client)).catch(() => {});
     },
   };

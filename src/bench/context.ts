@@ -108,7 +108,7 @@ export class BenchContext {
   async closeAll(): Promise<void> {
     const closers = this.closers;
     this.closers = [];
-    await Promise.all(closers.map((c) => c().catch(() => {})));
+    await Promise.all(closers.map((c) => c().catch(() => {}))); // tidying up: the figures are taken
   }
 }
 

@@ -256,12 +256,13 @@ class Demo implements Narrator {
     process.exit(this.interruptCode);
   }
 
+  /** On the way out, every step bounded; a step that fails has nothing left to tell the user (the run's story is told). */
   private async cleanup(): Promise<void> {
     this.flush(true);
-    const bounded = (p: Promise<unknown> | undefined, ms: number) => (p ? within(p.catch(() => {}), ms) : Promise.resolve());
+    const bounded = (p: Promise<unknown> | undefined, ms: number) => (p ? within(p.catch(() => {}), ms) : Promise.resolve()); // see above
     await bounded(this.scenario?.shutdown(), 8000);
     await bounded(this.client?.end(), 3000);
-    await rm(this.wakeFile, { force: true }).catch(() => {});
+    await rm(this.wakeFile, { force: true }).catch(() => {}); // see above
     await this.stopServer();
     this.flush(true);
   }
@@ -272,9 +273,9 @@ class Demo implements Narrator {
   private async stopServer(): Promise<void> {
     if (!this.server || this.serverStopped) return;
     this.serverStopped = true;
-    await this.client?.end().catch(() => {});
+    await this.client?.end().catch(() => {}); // the server stops next: its connection ends either way
     this.client = null;
-    await within(this.server.stop().catch(() => {}), 15_000);
+    await within(this.server.stop().catch(() => {}), 15_000); // what is left behind is said next
     const left = existsSync(this.server.dir);
     this.say(Date.now(), 'demo', left ? `PostgreSQL stopped; could not remove ${this.server.dir}.` : 'PostgreSQL stopped, its temporary directory removed.');
   }

@@ -319,7 +319,9 @@ function lossText(reason: unknown): string {
 /** Gives the lock back and ends every connection; bounded, so a dead database cannot hang the exit. */
 async function releaseAndClose(locker: Locker, handle: LockHandle | null): Promise<void> {
   const done = (async () => {
-    await handle?.release().catch(() => false);
+    await handle?.release().catch(() => false); // never rejects; the catch only guards the exit
+    // The command is exiting with the child's status: a database that fails now has nothing left to tell it,
+    // and the server frees what the ended connections held.
     await locker.close().catch(() => {});
   })();
   if ((await within(done, 10_000)) === TIMED_OUT) {

@@ -61,7 +61,7 @@ export async function run(argv: string[]): Promise<number> {
       const connection = await connectionKind(pool);
       return args.flags.watch === undefined ? await once(pool, args, connection) : await watch(pool, args, connection);
     } finally {
-      await pool.end().catch(() => {});
+      await pool.end().catch(() => {}); // what was to be shown has been shown (or its error thrown)
     }
   });
 }

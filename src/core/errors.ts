@@ -155,12 +155,15 @@ export class StaleTokenError extends PgfenceError {
   }
 }
 
-/** An argument was rejected before any I/O. */
+/**
+ * An argument was rejected: before any I/O, or (with the server's error as the cause) when it names
+ * something the database does not have, such as a guarded write's table.
+ */
 export class InvalidArgumentError extends PgfenceError {
   declare readonly code: 'PGFENCE_INVALID_ARGUMENT';
   readonly argument: string;
-  constructor(argument: string, message: string) {
-    super('PGFENCE_INVALID_ARGUMENT', `${argument}: ${message}`);
+  constructor(argument: string, message: string, options?: { cause?: unknown }) {
+    super('PGFENCE_INVALID_ARGUMENT', `${argument}: ${message}`, options);
     this.argument = argument;
   }
 }

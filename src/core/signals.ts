@@ -41,7 +41,7 @@ export function setLongTimeout(fn: () => void, ms: number, unref = false): () =>
 export async function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   if (signal?.aborted) return;
   if (ms <= MAX_TIMER_MS) {
-    await delay(ms, undefined, signal ? { signal } : undefined).catch(() => {});
+    await delay(ms, undefined, signal ? { signal } : undefined).catch(() => {}); // an abort ends the sleep early
     return;
   }
   await new Promise<void>((resolve) => {

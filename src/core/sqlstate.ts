@@ -18,6 +18,7 @@ export const SQLSTATE = {
   /** A prepared statement's name the server does not know (DISCARD ALL or DEALLOCATE by someone else). */
   invalidStatementName: '26000',
   undefinedTable: '42P01',
+  undefinedColumn: '42703',
   undefinedFunction: '42883',
   invalidSchemaName: '3F000',
   /** pgfence's fencing trigger refused a write with an older token (sql/fencing.sql). */

@@ -231,7 +231,7 @@ export async function startEmbeddedPostgres(opts: EmbeddedOptions = {}): Promise
       staged,
     };
   } catch (err) {
-    await stop().catch(() => {});
+    await stop().catch(() => {}); // tidying up after a failed start: its own error is the one to report
     throw err;
   } finally {
     setTimeout(() => process.removeListener('unhandledRejection', swallow), 100).unref();

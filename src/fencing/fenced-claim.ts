@@ -1,6 +1,7 @@
 import { InvalidArgumentError, type SqlExecutor } from '../core/index.js';
 import { optionKeys, optionsObject } from '../options.js';
-import { guardedTarget, staleFromTrigger, type GuardedCounts } from './fenced-update.js';
+import { guardedTarget, type GuardedCounts } from './fenced-update.js';
+import { guardedWriteError } from './guarded-error.js';
 
 export interface FencedClaimSpec {
   /** `table` or `schema.table` (plain identifiers, case kept). */
@@ -60,11 +61,13 @@ FROM "pgfence seen" s LEFT JOIN "pgfence claimed" c ON true`;
 /** Runs a claim (fencedClaim of either driver): validates the spec, then one statement. */
 export async function fencedClaimWith<Row>(db: SqlExecutor, spec: FencedClaimSpec): Promise<FencedClaimResult<Row>> {
   const { text, values } = fencedClaimQuery(spec);
+  let rows: Record<string, unknown>[];
   try {
-    return fencedClaimResult<Row>(await db.query<Record<string, unknown>>(text, values));
+    rows = await db.query<Record<string, unknown>>(text, values);
   } catch (err) {
-    throw staleFromTrigger(err, spec.token);
+    throw guardedWriteError(err, { call: 'fencedClaim', ...spec });
   }
+  return fencedClaimResult<Row>(rows);
 }
 
 export function fencedClaimResult<Row>(rows: Record<string, unknown>[]): FencedClaimResult<Row> {

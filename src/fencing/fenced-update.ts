@@ -1,6 +1,7 @@
-import { describeType, InvalidArgumentError, type SqlExecutor, sqlState, SQLSTATE, StaleTokenError } from '../core/index.js';
+import { describeType, InvalidArgumentError, type SqlExecutor } from '../core/index.js';
 import { optionKeys, optionsObject } from '../options.js';
-import { quoteColumn, quoteTable } from './identifiers.js';
+import { guardedWriteError } from './guarded-error.js';
+import { DEFAULT_FENCING_COLUMN, quoteColumn, quoteTable } from './identifiers.js';
 
 export interface FencedUpdateSpec {
   /** `table` or `schema.table` (plain identifiers, case kept). */
@@ -32,8 +33,6 @@ export interface FencedUpdateResult {
   /** The newest token among the refused rows. */
   currentToken?: bigint;
 }
-
-export const DEFAULT_FENCING_COLUMN = 'fencing_token';
 
 /** The parts every guarded statement shares: quoted names, the token as $1, the row filter. */
 export interface GuardedTarget {
@@ -106,12 +105,13 @@ export interface GuardedCounts {
 /** Runs a guarded UPDATE (fencedUpdate of either driver): validates the spec, then one statement. */
 export async function fencedUpdateWith(db: SqlExecutor, spec: FencedUpdateSpec): Promise<FencedUpdateResult> {
   const { text, values } = fencedUpdateQuery(spec);
+  let row: GuardedCounts;
   try {
-    const [row] = await db.query<GuardedCounts>(text, values);
-    return fencedUpdateResult(row!);
+    [row] = (await db.query<GuardedCounts>(text, values)) as [GuardedCounts];
   } catch (err) {
-    throw staleFromTrigger(err, spec.token);
+    throw guardedWriteError(err, { call: 'fencedUpdate', ...spec });
   }
+  return fencedUpdateResult(row);
 }
 
 export function fencedUpdateResult(row: GuardedCounts): FencedUpdateResult {
@@ -142,12 +142,4 @@ export function entriesOf(value: unknown, argument: string, allowEmpty: boolean)
     if (v === undefined) throw new InvalidArgumentError(`${argument}.${name}`, 'is undefined (pass null to mean NULL)');
   }
   return entries;
-}
-
-/** Converts a trigger refusal (SQLSTATE PGF01) into a StaleTokenError; other errors pass through. */
-export function staleFromTrigger(err: unknown, token: bigint): unknown {
-  if (sqlState(err) !== SQLSTATE.staleToken) return err;
-  const e = new StaleTokenError(token, undefined, (err as Error).message);
-  (e as { cause?: unknown }).cause = err;
-  return e;
 }

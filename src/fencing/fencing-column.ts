@@ -1,6 +1,5 @@
 import { booleanOption, optionKeys, optionsObject } from '../options.js';
-import { DEFAULT_FENCING_COLUMN } from './fenced-update.js';
-import { bareIdentifier, quoteColumn, quoteTable } from './identifiers.js';
+import { bareIdentifier, DEFAULT_FENCING_COLUMN, quoteColumn, quoteTable } from './identifiers.js';
 
 export interface FencingColumnOptions {
   /** Default 'fencing_token'. */

@@ -1,5 +1,8 @@
 import { describeType, InvalidArgumentError } from '../core/index.js';
 
+/** The fencing column of a guarded table unless the caller names another. */
+export const DEFAULT_FENCING_COLUMN = 'fencing_token';
+
 /** Plain SQL identifiers only: anything else (quotes, spaces, semicolons) is refused, never escaped. */
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_$]*$/;
 const MAX_IDENTIFIER_BYTES = 63;

@@ -21,7 +21,7 @@ function kyselyExecutor(trx: AnyTransaction): XactExecutor {
     abandon() {
       // The connection is Kysely's, not ours to end: queue, right behind the unanswered statement, one
       // that fails, so whatever the caller sends next is refused (25P02) until the rollback.
-      sql.script(doomTransactionSql).catch(() => {});
+      sql.script(doomTransactionSql).catch(() => {}); // it fails by design
     },
   };
 }

@@ -84,9 +84,9 @@ export class LeaseManager {
 
   async close(): Promise<void> {
     this.closed = true;
-    // Waiters fail first; a grant still in flight for one of them is handed back before the connections go.
+    // Waiters fail; a grant still in flight for one of them is handed back (the line's give-back, nothing else)
+    // and their wait announcements withdrawn, before the connections go.
     await Promise.all([this.lines.close(closedError()), ...[...this.holding].map((h) => h.release())]);
-    await Promise.all([...this.holding].map((h) => h.release()));
     // Releases the caller started before close(): their statements need the pool the locker ends next.
     await Promise.all(this.releasing);
   }

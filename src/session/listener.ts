@@ -65,10 +65,16 @@ export class ReleaseListener {
   }
 
   private armKeepalive(): void {
+    let probing = false;
     this.keepaliveTimer = setInterval(() => {
       const conn = this.conn;
-      if (!conn) return;
-      withDeadline(conn.client.query('SELECT 1'), this.opts.deadlineMs, () => new Error(`no answer within ${this.opts.deadlineMs} ms`)).catch((err) => this.fail(conn, err));
+      // One probe at a time: an unanswered one fails at its deadline (a query sent while the client still
+      // executes another is deprecated by node-postgres, and gone in pg 9).
+      if (!conn || probing) return;
+      probing = true;
+      withDeadline(conn.client.query('SELECT 1'), this.opts.deadlineMs, () => new Error(`no answer within ${this.opts.deadlineMs} ms`))
+        .catch((err) => this.fail(conn, err))
+        .finally(() => (probing = false));
     }, this.opts.keepaliveMs);
     this.keepaliveTimer.unref();
   }

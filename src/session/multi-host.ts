@@ -66,7 +66,7 @@ export class HostSelector {
       } catch (err) {
         failures.push(`${describe(host)}: ${(err as Error).message}`);
       } finally {
-        probe.end().catch(() => {});
+        probe.end().catch(() => {}); // a probe: nothing of it is kept, whether or not it ends cleanly
       }
     }
     throw new WrongHostError(`pgfence: no host fits target_session_attrs=${this.targets.targetSessionAttrs} (${failures.join('; ')})`);
@@ -101,12 +101,12 @@ function targetedClient(selector: HostSelector): typeof pg.Client {
       }
       const role = await roleOf(this).catch((err: unknown) => {
         selector.forget(host);
-        this.end().catch(() => {});
+        this.end().catch(() => {}); // the host failed: the error thrown says so; ending it is tidying up
         throw new WrongHostError(`pgfence: ${describe(host)} failed: ${(err as Error).message}`, { cause: err });
       });
       if (!fits(role, selector.targets.targetSessionAttrs)) {
         selector.forget(host);
-        await this.end().catch(() => {});
+        await this.end().catch(() => {}); // as above
         throw new WrongHostError(`pgfence: ${describe(host)} is ${role.standby ? 'a standby' : 'read-only'} now`);
       }
       return this;

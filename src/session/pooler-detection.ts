@@ -28,7 +28,7 @@ export async function detectPinning(client: pg.ClientBase, openOther: () => Prom
     }
     return 'session-pooled';
   } finally {
-    await other.end().catch(() => {});
+    await other.end().catch(() => {}); // the detection's own second connection: nothing of it is kept
   }
 }
 

@@ -143,7 +143,9 @@ export class SessionPool {
 
   private openWaiter(): Session {
     this.waiter = this.open();
-    if (this.opts.warmWaiter) this.waiter.statement(this.opts.warmWaiter, []).catch(() => {});
+    const warm = this.opts.warmWaiter;
+    // Only a warm-up: a first wait pays for it instead (a dead session is reported as lost anyway).
+    if (warm) this.waiter.statement(warm, []).catch((err) => this.opts.logger.debug({ err }, 'pgfence: waiter session warm-up failed'));
     this.waiterUsedAt = performance.now();
     this.waiterIdleTimer ??= setInterval(this.closeIdleWaiter, this.opts.keepaliveMs);
     this.waiterIdleTimer.unref();
@@ -171,7 +173,10 @@ export class SessionPool {
   async cancel(session: Session): Promise<void> {
     const pid = session.processId;
     if (pid === null) return;
-    await this.source.pool.query('SELECT pg_cancel_backend($1)', [pid]).catch(() => {});
+    // Without the cancel the wait still ends, at its lock_timeout (or with its session).
+    await this.source.pool
+      .query('SELECT pg_cancel_backend($1)', [pid])
+      .catch((err) => this.opts.logger.debug({ err, session: session.id }, 'pgfence: could not cancel a blocking wait; it ends at its lock_timeout'));
   }
 
   private open(): Session {

@@ -209,11 +209,19 @@ export class Session {
 
   /** The setup statement as an operation of its own (it also serves as a probe). */
   private setupOp(): PendingOp {
-    // A failed setup leaves the session unguarded, as without the schema (its reject is a no-op).
     const done = (rows: unknown[]) => {
       this.guarded = (rows[0] as { guarded?: boolean } | undefined)?.guarded === true;
+      this.setUp = true;
     };
-    return internalOp({ text: this.opts.statements.setup.text, values: [], done });
+    const op = internalOp({ text: this.opts.statements.setup.text, values: [], done });
+    // A session is used only after its setup succeeded: the operations queued behind a failed first setup fail
+    // with its cause, and the session ends. A later look (an unguarded session asking again for the schema)
+    // that fails leaves the session as it was: set up, unguarded.
+    op.reject = (err) => {
+      if (!this.setUp) this.die(err);
+      else this.opts.logger.warn({ err, session: this.id }, 'pgfence: an unguarded session could not look for the schema again');
+    };
+    return op;
   }
 
   /** An unguarded session looks for the schema again, first thing (in place of a due keepalive probe). */
@@ -343,13 +351,18 @@ export class Session {
   }
 
   private everReady = false;
+  /** Its setup statement succeeded: the session may be used (until then it counts as not connected). */
+  private setUp = false;
 
   private lostError(): SessionLostError {
     const cause = this.deathCause;
-    const err = this.everReady
-      ? new SessionLostError(`PostgreSQL session lost: ${cause?.message ?? 'unknown cause'}`, { cause })
-      : new SessionLostError(`could not connect to PostgreSQL: ${cause?.message ?? 'unknown cause'}`, { cause });
-    err.connected = this.everReady;
+    const why = cause?.message ?? 'unknown cause';
+    const err = !this.everReady
+      ? new SessionLostError(`could not connect to PostgreSQL: ${why}`, { cause })
+      : !this.setUp
+        ? new SessionLostError(`PostgreSQL session not usable, its setup statement did not succeed: ${why}`, { cause })
+        : new SessionLostError(`PostgreSQL session lost: ${why}`, { cause });
+    err.connected = this.setUp;
     return err;
   }
 
@@ -367,7 +380,7 @@ export class Session {
     this.pending = [];
     for (const op of failed) op.reject(lost);
     if (closing) this.opts.logger.debug({ session: this.id }, 'pgfence: session closed');
-    else if (wasReady) this.opts.logger.warn({ err, session: this.id }, 'pgfence: session lost');
+    else if (wasReady) this.opts.logger.warn({ err, session: this.id }, this.setUp ? 'pgfence: session lost' : 'pgfence: session setup failed; the session is not used');
     if (notify) this.opts.onLost(this, err);
   }
 }

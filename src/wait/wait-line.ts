@@ -125,16 +125,23 @@ export class WaitLine<R extends LineRequest, H> {
     if (this.markerSession === session) this.markerSession = null;
   }
 
-  /** Fails every waiter and cancels a blocking wait; what is in flight still answers (and is handed back). */
+  /**
+   * Fails every waiter and cancels a blocking wait; a waiter whose attempt is in flight leaves as when it
+   * gives up (see leave). Then the line withdraws its wait announcement (see drained()).
+   */
   close(reason: Error): void {
-    for (const w of [...this.queue]) this.settle(w, () => w.reject(reason));
+    for (const w of [...this.queue]) {
+      if (w !== this.attemptFor) this.settle(w, () => w.reject(reason));
+      else if (!w.leaving) this.leave(w, () => w.reject(reason));
+    }
     this.blockCancel?.abort();
     this.clearPoll();
+    this.drive();
   }
 
-  /** Resolves once nothing is in flight for the key (whatever a late grant brought has been handed back). */
+  /** Resolves once nothing is in flight for the key (a late grant handed back) and its marker is withdrawn. */
   async drained(): Promise<void> {
-    while (this.busy) await new Promise<void>((resolve) => this.onQuiet.push(resolve));
+    while (this.busy || this.markerSession) await new Promise<void>((resolve) => this.onQuiet.push(resolve));
   }
 
   private drive(): void {
@@ -146,6 +153,7 @@ export class WaitLine<R extends LineRequest, H> {
     if (this.busy) return;
     // 1. The key's own chores first (a session lock no local holder keeps goes back).
     const chore = this.strategy.chore?.();
+    // Never rejects (an unlock reports to the release() calls waiting on it): the catch only keeps the line going.
     if (chore) return this.occupy(chore.catch(() => {}));
     const head = this.queue[0];
     if (head) {
@@ -252,7 +260,7 @@ export class WaitLine<R extends LineRequest, H> {
       return this.occupy(
         this.strategy
           .giveBack(handle)
-          .catch(() => {})
+          .catch(() => {}) // never rejects: a release reports a failed give-back itself (a loss, logged at warn)
           .then(() => head.leaving && this.settle(head, head.leaving)),
       );
     }
@@ -347,8 +355,14 @@ export class WaitLine<R extends LineRequest, H> {
       this.onCleanup(waiter, setTimeout(() => this.settle(waiter, () => waiter.reject(connecting.error())), connecting.boundMs));
       return;
     }
-    // Its attempt is in flight (a blocking wait is cancelled): answer once it is back (a grant it brings handed back
-    // first), so that nothing of this request is left held when the caller hears of it; after a grace if silent.
+    this.leave(waiter, answer);
+  }
+
+  /**
+   * The waiter's attempt is in flight (a blocking wait is cancelled): it is answered once that is back (a grant
+   * handed back first), so that nothing of its request is held when the caller hears of it; after a grace if silent.
+   */
+  private leave(waiter: Waiter<R, H>, answer: () => void): void {
     this.blockCancel?.abort();
     waiter.leaving = answer;
     this.onCleanup(waiter, setTimeout(() => this.settle(waiter, answer), LEAVE_GRACE_MS));

@@ -1,8 +1,10 @@
 import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
-import { createLocker, tryXactLock, xactLock, type Locker } from '../../src/index.js';
+import { createLocker, lockKey, tryXactLock, xactLock, type Locker } from '../../src/index.js';
 import * as kyselyLocks from '../../src/kysely/index.js';
-import { appName, killBackends } from './db.js';
+import { appName, eventually, killBackends, queryOnce } from './db.js';
+import { advisoryLocksOf, leaseLive } from './server-locks.js';
+import { proxyTo } from './tcp-proxy.js';
 
 export type Mode = 'exclusive' | 'shared';
 export interface LockOpts {
@@ -34,6 +36,62 @@ export interface LockKindUnderTest {
    * (its session is killed; its lease runs out unrenewed).
    */
   holdAndLose?(url: string, name: string): Promise<{ signal: AbortSignal; lose(): Promise<void>; close(): Promise<void> }>;
+  /**
+   * For kinds whose waits run on a locker, where a grant can land after its caller gave up (timeout,
+   * abort, close): a participant whose grant can be held up on its way (see LateGrantLab).
+   */
+  lateGrant?(url: string): Promise<LateGrantLab>;
+}
+
+/**
+ * A participant `b` whose grant the test holds up on its way, so that b gives up while its request is
+ * in flight and the grant lands afterwards, every time (a race left to chance almost never hits).
+ */
+export interface LateGrantLab {
+  readonly b: Participant;
+  /**
+   * With b waiting for `name`: lets the holder go (`letGo`) so that the server grants b's request, but b
+   * does not hear of the grant until deliver(). Resolves once the request is granted or bound to be.
+   */
+  holdUpGrant(name: string, letGo: () => Promise<unknown>): Promise<void>;
+  /** Lets the grant through to b. */
+  deliver(): Promise<void>;
+  /** From now on b's server sessions outlive b's close(), so that what they still hold stays visible. */
+  keepSessionsAfterClose(): void;
+  /** Whether the server holds `name` for anyone now, read without taking it. */
+  held(name: string): Promise<boolean>;
+  close(): Promise<void>;
+}
+
+/**
+ * Session locks: b, behind a proxy, waits in PostgreSQL's queue; the proxy holds what the server sends
+ * while b's holder lets go, so the server grants b and the answer waits in the network.
+ */
+async function heldUpReplies(kind: LockKindUnderTest, url: string): Promise<LateGrantLab> {
+  const { proxy, url: via } = await proxyTo(url);
+  const b = await kind.open(via);
+  // Connected beforehand: a look sent the moment b's caller is answered reaches the server before anything b sends next.
+  const watcher = new pg.Client({ connectionString: url });
+  await watcher.connect();
+  const locks = (name: string, granted: boolean) => advisoryLocksOf(watcher, lockKey(name), granted);
+  return {
+    b,
+    async holdUpGrant(name, letGo) {
+      await eventually(async () => (await locks(name, false)) > 0, 15_000, `b to wait in the server's queue for ${name}`);
+      proxy.holdReplies();
+      await letGo();
+      await eventually(async () => (await locks(name, true)) > 0, 15_000, `the server to grant ${name} to b`);
+    },
+    deliver: async () => proxy.heal(),
+    keepSessionsAfterClose: () => proxy.keepServerSessions(),
+    held: async (name) => (await locks(name, true)) > 0,
+    async close() {
+      proxy.heal();
+      await b.close();
+      await proxy.close();
+      await watcher.end();
+    },
+  };
 }
 
 function lockerParticipant(locker: Locker, extra: () => Promise<void> = async () => {}): Participant {
@@ -57,6 +115,39 @@ function withApp(url: string, app: string): string {
   const u = new URL(url);
   u.searchParams.set('application_name', app);
   return u.toString();
+}
+
+/** Past this, closing a participant whose transaction is still open cuts it and fails (see boundedClose). */
+const CLOSE_BOUND_MS = 10_000;
+
+/**
+ * Closes a transaction-lock participant's pool within CLOSE_BOUND_MS. Ending a pool waits for every client
+ * still checked out, and a test that failed while its critical section was open (say, its lock did not
+ * exclude, an expect threw, and the holder was never let go) keeps one forever: the run would hang instead
+ * of failing. Past the bound the clients still out are cut (their transactions, and the locks in them,
+ * end on the server) and handed back to the pool, which then ends; the close fails, saying so.
+ */
+function boundedClose(pool: pg.Pool, end: () => Promise<void>): () => Promise<void> {
+  const out = new Set<pg.PoolClient>();
+  pool.on('acquire', (client) => out.add(client));
+  pool.on('release', (_err, client) => out.delete(client));
+  let closing: Promise<void> | undefined;
+  return () =>
+    (closing ??= (async () => {
+      const ending = end();
+      let timer: NodeJS.Timeout | undefined;
+      const inTime = await Promise.race([ending.then(() => true), new Promise<boolean>((r) => (timer = setTimeout(() => r(false), CLOSE_BOUND_MS)))]);
+      clearTimeout(timer);
+      if (inTime) return;
+      const left = out.size;
+      for (const client of out) {
+        client.on('error', () => {}); // reported by the close itself
+        (client as unknown as { connection: { stream: { destroy(): void } } }).connection.stream.destroy();
+        client.release(true); // its holder may never let go (it awaits something that will not come)
+      }
+      await ending;
+      throw new Error(`${left} client(s) were still checked out ${CLOSE_BOUND_MS} ms after close: a transaction (and its locks) was left open`);
+    })());
 }
 
 /** Backends of `app` blocked on a lock (transaction locks wait inside PostgreSQL). */
@@ -90,6 +181,7 @@ const session: LockKindUnderTest = {
   shared: true,
   open: async (url) => lockerParticipant(createLocker({ connectionString: url, maxSessions: 1 })),
   holdAndLose: (url, name) => holdAndKill(url, name, 1),
+  lateGrant: (url) => heldUpReplies(session, url),
 };
 
 /** Session locks multiplexed over two sessions that also carry 200 unrelated held locks. */
@@ -104,6 +196,7 @@ const multiplexed: LockKindUnderTest = {
     });
   },
   holdAndLose: (url, name) => holdAndKill(url, name, 2),
+  lateGrant: (url) => heldUpReplies(multiplexed, url),
 };
 
 /** pg_advisory_xact_lock on node-postgres clients, one transaction per critical section. */
@@ -113,7 +206,6 @@ const xactPg: LockKindUnderTest = {
   open: async (url) => {
     const app = appName('xact');
     const pool = new pg.Pool({ connectionString: withApp(url, app), max: 6 });
-    let ended: Promise<void> | undefined;
     const inTransaction = async <T>(fn: (c: pg.PoolClient) => Promise<T>): Promise<T> => {
       const client = await pool.connect();
       try {
@@ -145,7 +237,7 @@ const xactPg: LockKindUnderTest = {
           return xactLock(c, name, { timeoutMs: 1000 }).then(() => new Error('re-entry was allowed'), (err: unknown) => err);
         }),
       waiting: () => lockWaits(url, app),
-      close: () => (ended ??= pool.end()),
+      close: boundedClose(pool, () => pool.end()),
     };
   },
 };
@@ -156,10 +248,8 @@ const xactKysely: LockKindUnderTest = {
   shared: true,
   open: async (url) => {
     const app = appName('kysely');
-    let destroyed: Promise<void> | undefined;
-    const db = new Kysely<Record<string, never>>({
-      dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: withApp(url, app), max: 6 }) }),
-    });
+    const pool = new pg.Pool({ connectionString: withApp(url, app), max: 6 });
+    const db = new Kysely<Record<string, never>>({ dialect: new PostgresDialect({ pool }) });
     return {
       withLock: (name, fn, opts) =>
         db.transaction().execute(async (trx) => {
@@ -177,7 +267,7 @@ const xactKysely: LockKindUnderTest = {
           return kyselyLocks.xactLock(trx, name, { timeoutMs: 1000 }).then(() => new Error('re-entry was allowed'), (err: unknown) => err);
         }),
       waiting: () => lockWaits(url, app),
-      close: () => (destroyed ??= db.destroy()),
+      close: boundedClose(pool, () => db.destroy()),
     };
   },
 };
@@ -210,6 +300,45 @@ const lease: LockKindUnderTest = {
     const lease = await locker.lease(name, { ttlMs: 400, renew: false });
     // A lease's loss is its expiry: here nobody renews it.
     return { signal: lease.signal, lose: async () => {}, close: () => locker.close() };
+  },
+  lateGrant: async (url) => {
+    const b = await lease.open(url);
+    // A transaction that locks the key's token row: b's lease_acquire, which issues a token as it takes
+    // the lease, waits for it inside the server, and takes the lease once it ends.
+    const tokenRow = new pg.Client({ connectionString: url });
+    const watcher = new pg.Client({ connectionString: url }); // as in heldUpReplies
+    await Promise.all([tokenRow.connect(), watcher.connect()]);
+    let open = false;
+    const deliver = async () => {
+      if (open) await tokenRow.query('COMMIT');
+      open = false;
+    };
+    return {
+      b,
+      async holdUpGrant(name, letGo) {
+        await tokenRow.query('BEGIN');
+        open = true;
+        const { rowCount } = await tokenRow.query('SELECT 1 FROM pgfence.fencing_tokens WHERE key = $1 FOR UPDATE', [String(lockKey(name))]);
+        if (rowCount !== 1) throw new Error(`no token row for ${name}: the holder's lease issued none`);
+        await letGo();
+        await eventually(
+          async () =>
+            (
+              await queryOnce(url, `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%lease_acquire%'`)
+            ).length > 0,
+          15_000,
+          `b's lease_acquire of ${name} to wait for the token row`,
+        );
+      },
+      deliver,
+      keepSessionsAfterClose: () => {}, // a lease lives in its row, not in a session
+      held: (name) => leaseLive(watcher, lockKey(name)),
+      async close() {
+        await deliver();
+        await Promise.all([tokenRow.end(), watcher.end()]);
+        await b.close();
+      },
+    };
   },
 };
 

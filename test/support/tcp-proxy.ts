@@ -8,7 +8,11 @@ export class TcpProxy {
   private server: Server | null = null;
   private readonly pairs = new Set<[Socket, Socket]>();
   private blackholed = false;
-  /** While stalled: deliveries held for heal(), in order. */
+  /** Bytes from the server are held (holdReplies): requests still reach it. */
+  private repliesHeld = false;
+  /** A client that closes leaves its server session open (keepServerSessions). */
+  private keepServerSide = false;
+  /** While stalled (or replies are held): deliveries held for heal(), in order. */
   private held: (() => void)[] | null = null;
   port = 0;
   /** Every chunk forwarded towards the server / the client: which connection (in order of arrival) and when (performance.now()). */
@@ -30,20 +34,20 @@ export class TcpProxy {
       const record = (into: { conn: number; at: number }[]) => () => void (this.blackholed || into.push({ conn, at: performance.now() }));
       client.on('data', record(this.toServer));
       upstream.on('data', record(this.toClient));
-      const forward = (from: Socket, to: Socket) =>
+      const forward = (from: Socket, to: Socket, reply: boolean) =>
         from.on('data', (chunk) => {
-          if (!this.blackholed) to.write(chunk);
+          if (!this.blackholed && !(reply && this.repliesHeld)) to.write(chunk);
           else this.held?.push(() => to.write(chunk));
         });
-      forward(client, upstream);
-      forward(upstream, client);
+      forward(client, upstream, false);
+      forward(upstream, client, true);
       const end = () => {
         this.pairs.delete(pair);
         client.destroy();
         upstream.destroy();
       };
       // In a blackhole a closed side is not noticed by the other: the server keeps its session.
-      client.on('close', () => !this.blackholed && end());
+      client.on('close', () => !this.blackholed && !this.keepServerSide && end());
       upstream.on('close', () => !this.blackholed && end());
       client.on('error', () => {});
       upstream.on('error', () => {});
@@ -66,10 +70,29 @@ export class TcpProxy {
     this.held = [];
   }
 
+  /**
+   * Holds what the server sends until heal(), while what clients send still reaches it: a statement
+   * runs (a lock is granted), its answer is on its way.
+   */
+  holdReplies(): void {
+    this.repliesHeld = true;
+    this.held ??= [];
+  }
+
+  /**
+   * From now on a client that closes its connection leaves the server's end open until cutAll() or
+   * close(): its session lives on, with whatever it still holds, for the test to look at.
+   */
+  keepServerSessions(): void {
+    this.keepServerSide = true;
+  }
+
   heal(): void {
     this.blackholed = false;
+    this.repliesHeld = false;
     for (const deliver of this.held?.splice(0) ?? []) deliver();
     this.held = null;
+    if (this.keepServerSide) return;
     // A side that closed meanwhile is noticed now.
     for (const pair of [...this.pairs]) {
       if (pair[0].destroyed || pair[1].destroyed) {
@@ -98,4 +121,13 @@ export class TcpProxy {
     this.cutAll();
     await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
   }
+}
+
+/** A proxy in front of the server of `url`, and `url` through it. */
+export async function proxyTo(url: string): Promise<{ proxy: TcpProxy; url: string }> {
+  const target = new URL(url);
+  const proxy = await new TcpProxy(target.hostname, Number(target.port || 5432)).start();
+  const via = new URL(url);
+  via.port = String(proxy.port);
+  return { proxy, url: via.toString() };
 }

@@ -30,7 +30,7 @@ export async function callers(ctx: BenchContext): Promise<void> {
   let tail: Promise<unknown> = Promise.resolve();
   const serial = <T>(f: () => Promise<T>): Promise<T> => {
     const result = tail.then(f); // pg's own queue is deprecated: callers take turns explicitly
-    tail = result.catch(() => {});
+    tail = result.catch(() => {}); // the next caller's turn comes either way; `result` reports the failure
     return result;
   };
   sides.push({

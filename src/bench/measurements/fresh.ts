@@ -55,7 +55,7 @@ async function firstContended(ctx: BenchContext): Promise<void> {
       grantedAt = performance.now();
       return release;
     });
-    granted.catch(() => {});
+    granted.catch(() => {}); // awaited below; not unhandled meanwhile
     const t0 = performance.now();
     await sleep(MIN_HEAD_START_MS);
     while (performance.now() - t0 < MAX_HEAD_START_MS && (await holder.query({ ...WAITING, values: [key] })).rowCount === 0) await sleep(2);
@@ -182,6 +182,6 @@ function start(task: object) {
       else reject(new Error(`bench child exited with ${code}: ${stderr.trim().slice(-500)}`));
     });
   });
-  result.catch(() => {});
+  result.catch(() => {}); // the caller awaits it; not unhandled meanwhile
   return { proc, ready, result };
 }

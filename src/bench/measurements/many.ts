@@ -108,7 +108,7 @@ async function heldByAcquire(ctx: BenchContext, locker: ReturnType<BenchContext[
     ctx.row({ measurement: `${l} acquire all, release all`, pgfence: `${fmt.ms(acquireMs)}, ${fmt.ms(releaseMs)}` });
     ctx.row({ measurement: `${l} left in pg_locks after release`, pgfence: String(after[0]!.n), target: '= 0', met: after[0]!.n === 0 });
   } finally {
-    await Promise.all(handles.map((h) => h.release().catch(() => false)));
+    await Promise.all(handles.map((h) => h.release().catch(() => false))); // tidying up after the figures (release never rejects)
   }
 }
 
@@ -136,7 +136,7 @@ async function cycleWhileHeld(ctx: BenchContext, locker: ReturnType<BenchContext
       }
     }
   } finally {
-    await hold(0).catch(() => {});
+    await hold(0).catch(() => {}); // tidying up: the figures are taken
   }
   const times = rates.map((rs) => rs.map((x) => 1000 / x));
   timeRow(ctx, `7. acquire+release while ${count(N)} held (by acquire()) vs none`, spread(times[2]!), spread(times[0]!), pairedRatios(times[2]!, times[0]!), atMost(1.5));
