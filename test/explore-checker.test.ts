@@ -115,8 +115,12 @@ describe('the exploration checker, on hand-made histories', () => {
     const late = hold({ grantedAt: 50, kind: 'lease', family: 'lease', end: 'lost', endedAt: 70, lostAt: 70, lostReason: 'lease-expired' });
     expect(types(history({ holds: [lock, late] }))).toEqual([]);
     expect(types(history({ holds: [lock, late], acts: [{ hold: late.id, from: 60, to: 60 }] }))).toEqual(['overlap']);
-    // A session lock's answer does prove it: session locks do not run out.
-    expect(types(history({ holds: [lock, { ...late, kind: 'fenced', family: 'session' }] }))).toEqual(['overlap']);
+    // A session lock's answer does prove it: session locks do not run out...
+    const sessionLate = { ...late, kind: 'fenced', family: 'session' as const, requestedAt: 10 };
+    expect(types(history({ holds: [lock, sessionLate] }))).toEqual(['overlap']);
+    // ...unless a fault reached its actor while it asked (the session may be gone behind a late answer).
+    const cut = { id: 'f1', type: 'blackhole' as const, targets: [sessionLate.actor], at: 20, endedAt: 45 };
+    expect(types(history({ holds: [lock, sessionLate], faults: [cut] }))).toEqual([]);
   });
 
   it('names more permits held at once than the semaphore has', () => {
@@ -163,8 +167,14 @@ describe('the exploration checker, on hand-made histories', () => {
     expect(types(history({ held: [afterClose] }))).toEqual(['leak']);
     expect(types(history({ held: [{ ...afterClose, clearAfterMs: 30 }] }, { closeLingerMs: 50 }))).toEqual([]);
     expect(types(history({ held: [{ ...afterClose, clearAfterMs: 80 }] }, { closeLingerMs: 50 }))).toEqual(['leak']);
-    // A lease row left live by a close is never a backend on its way out.
-    expect(types(history({ held: [{ ...afterClose, advisory: [], leases: ['31'], clearAfterMs: 30 }] }, { closeLingerMs: 50 }))).toEqual(['leak']);
+    // A lease row left live by a close is never a backend on its way out...
+    const leaseLeft = { ...afterClose, advisory: [], leases: ['31'], clearAfterMs: 30 };
+    expect(types(history({ held: [leaseLeft] }, { closeLingerMs: 50 }))).toEqual(['leak']);
+    // ...unless the database could not be reached while the close ran (the lease then runs out by itself).
+    const close = op({ actor: 'a1', op: 'close', invokedAt: 100, settledAt: 110 });
+    const restart = { id: 'f2', type: 'restart' as const, targets: ['a1'], at: 90, endedAt: 105 };
+    expect(types(history({ held: [leaseLeft], ops: [close], faults: [restart] }, { closeLingerMs: 50 }))).toEqual([]);
+    expect(types(history({ held: [leaseLeft] }, { closeLingerMs: 50, leaseLingerKinds: ['fenced'] }))).toEqual([]);
     expect(types(history({ held: [{ actor: 'a2', kind: 'lease', at: 0, afterClose: false, advisory: [], leases: ['7'] }] }))).toEqual(['leak']);
     // A transaction's statement may still wait on the connection its close ended: its own timeout ends it.
     expect(types(history({ held: [{ ...afterClose, kind: 'xact-pg', clearAfterMs: 80 }] }))).toEqual([]);

@@ -72,6 +72,18 @@ class CheckContext {
     return first;
   }
 
+  private faultedWhileAsking(hold: HoldRecord): boolean {
+    return (this.faultsOf.get(hold.actor) ?? []).some((f) => f.at < hold.grantedAt && (f.endedAt ?? Infinity) >= hold.requestedAt);
+  }
+
+  /** A fault reached the actor while its close ran (the database may not have heard it: a lease then runs out on its own). */
+  private faultedWhileClosing(actor: string): boolean {
+    const close = this.h.ops.find((o) => o.actor === actor && o.op === 'close');
+    if (!close) return false;
+    const end = close.settledAt ?? Infinity;
+    return (this.faultsOf.get(actor) ?? []).some((f) => f.at <= end && (f.endedAt ?? Infinity) >= close.invokedAt);
+  }
+
   /**
    * Where the certain interval ends; -Infinity when there is none. A lease's grant may be answered
    * after its TTL ran out (its answer was held up on the way): only its acts, or a release that found
@@ -80,7 +92,9 @@ class CheckContext {
   private certainEnd(hold: HoldRecord): number {
     if (hold.released === true && hold.releaseInvokedAt !== undefined) return hold.releaseInvokedAt;
     const cutoff = Math.min(this.firstFaultAt(hold), hold.endedAt ?? Infinity);
-    let last = hold.family === 'lease' ? -Infinity : hold.grantedAt;
+    // Nor does any grant answered after a fault reached its actor while it asked: the answer may have
+    // been on its way (or waiting to be read) while the fault ended the session behind it.
+    let last = hold.family === 'lease' || this.faultedWhileAsking(hold) ? -Infinity : hold.grantedAt;
     for (const act of this.actsOf.get(hold.id) ?? []) if (act.to <= cutoff && act.from > last) last = act.from;
     return last;
   }
@@ -264,7 +278,9 @@ class CheckContext {
       if (seen.advisory.length === 0 && seen.leases.length === 0) continue;
       // Advisory locks may outlive a close by a backend's exit (the allowance); a lease row lives until released or expired.
       const allowedMs = this.config.closeLingerMs + (this.config.statementLingerMs[seen.kind] ?? 0);
-      if (seen.afterClose && seen.leases.length === 0 && seen.clearAfterMs !== undefined && seen.clearAfterMs <= allowedMs) continue;
+      const cleared = seen.clearAfterMs !== undefined && seen.clearAfterMs <= allowedMs;
+      const leaseExcused = seen.leases.length === 0 || this.faultedWhileClosing(seen.actor) || (this.config.leaseLingerKinds ?? []).includes(seen.kind);
+      if (seen.afterClose && cleared && leaseExcused) continue;
       const what = [...seen.advisory.map((k) => `advisory ${k}`), ...seen.leases.map((t) => `lease token ${t}`)].join(', ');
       const when = seen.afterClose
         ? `after its close${seen.clearAfterMs === undefined ? ', and still at the end of the wait' : ` (for ${ms(seen.clearAfterMs)})`}`
