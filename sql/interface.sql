@@ -257,21 +257,41 @@ END $$;
 
 -- public: waits for the exclusive session lock of p_key (bound the wait with SET lock_timeout /
 -- statement_timeout), then issues its token. While a lease holds the name it polls (at most 50 ms
--- between tries), since a lease is not a lock PostgreSQL can queue on.
+-- between tries), since a lease is not a lock PostgreSQL can queue on. A session lock outlives the
+-- statement's error: when the wait's bound (or any error) ends the call after PostgreSQL granted the
+-- lock, the lock is given back before the error goes on, so a caller told "failed" holds nothing
+-- (unless its session held the key already: then the count it had is left as it was).
 CREATE OR REPLACE FUNCTION pgfence.lock_fenced(p_key bigint) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
   left_ms float8;
+  held_before constant boolean := pgfence.holds_session_lock(p_key);
 BEGIN
   LOOP
-    PERFORM pg_advisory_lock(p_key);
-    IF pgfence.admit_session_lock(p_key, false, true) = 1 THEN
-      RETURN pgfence.next_token(p_key);
-    END IF;
+    BEGIN
+      PERFORM pg_advisory_lock(p_key);
+      IF pgfence.admit_session_lock(p_key, false, true) = 1 THEN
+        RETURN pgfence.next_token(p_key);
+      END IF;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+      -- Granted, then cancelled (statement_timeout, lock_timeout on the token's row) or failed.
+      IF NOT held_before AND pgfence.holds_session_lock(p_key) THEN
+        PERFORM pg_advisory_unlock(p_key);
+      END IF;
+      RAISE;
+    END;
     SELECT extract(epoch FROM l.expires_at - clock_timestamp()) INTO left_ms FROM pgfence.leases l WHERE l.key = p_key;
     PERFORM pg_sleep(least(0.05, greatest(0.001, coalesce(left_ms, 0.05))));
   END LOOP;
 END $$;
+
+-- internal: whether this session holds the exclusive session lock of p_key.
+CREATE OR REPLACE FUNCTION pgfence.holds_session_lock(p_key bigint) RETURNS boolean
+LANGUAGE sql VOLATILE AS $$
+  SELECT EXISTS (SELECT FROM pg_locks
+                  WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND mode = 'ExclusiveLock'
+                    AND pid = pg_backend_pid() AND ((classid::int8 << 32) | objid::int8) = p_key)
+$$;
 
 -- public: releases the session lock of p_key taken by (try_)lock_fenced, waking waiters of other
 -- sessions (Node lockers) as the Node API's unlock does. false when this session did not hold it.

@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { createLocker, LockLostError, lockKey, LockUnavailableError, type LostEvent } from '../src/index.js';
+import { createLocker, LockLostError, lockKey, LockUnavailableError, type LostEvent, PgfenceError } from '../src/index.js';
 import { appName, eventually, freePortUrl, killBackends, queryOnce, track, useMigratedDatabase, useTestDatabase } from './support/db.js';
 import { capturingLogger } from './support/log.js';
 import { pgDeprecationWarnings } from './support/no-pg-deprecations.js';
@@ -85,6 +85,28 @@ describe('an unreachable database', () => {
       const err = await locker.acquire('fault:blackhole:connect', { timeoutMs: 1000 }).catch((e: unknown) => e);
       expect(err).toBeInstanceOf(LockUnavailableError);
       expect(performance.now() - started).toBeLessThan(10_000); // it did not hang
+    } finally {
+      await proxy.close();
+    }
+  });
+});
+
+describe('a connection that ends under the first lease statement', () => {
+  // Found by the exploration (an uncaught 57P01 in the runs of seeds 2000 and 3000): the first lease
+  // statement checks a pool connection out to see how it is connected, and the pool's own error
+  // listener is off while it is out: an ending connection's 'error' went unheard, an uncaught exception.
+  it('rejects typed, and no error event goes unhandled', async () => {
+    const migrated = await useMigratedDatabase('faults_lease_end');
+    const { proxy, url } = await proxyTo(migrated.url);
+    try {
+      const locker = track(createLocker({ connectionString: url }));
+      await locker.inspect(); // a pool connection, idle now: the check below takes it without connecting
+      proxy.stall();
+      const taking = locker.tryLease('fault:lease-end').catch((e: unknown) => e);
+      await eventually(() => proxy.stalled > 0, 15_000, 'the check to be sent');
+      proxy.cutAll();
+      expect(await taking).toBeInstanceOf(PgfenceError);
+      proxy.heal();
     } finally {
       await proxy.close();
     }

@@ -145,6 +145,18 @@ describe('leases', () => {
     await held.release();
   });
 
+  it('close() waits for a release in flight: once it resolves the lease is free and the release says so (found by the exploration, seed 1002)', async () => {
+    for (const [i, concurrent] of [1, 4, 16].entries()) {
+      const locker = open();
+      const names = Array.from({ length: concurrent }, (_, j) => `lease:close-during-release:${i}:${j}`);
+      const leases = await Promise.all(names.map((name) => locker.lease(name, { ttlMs: 60_000 })));
+      const releasing = leases.map((l) => l.release());
+      await locker.close();
+      for (const name of names) expect((await row(name)).released_at, `${name} after close()`).not.toBeNull();
+      expect(await Promise.all(releasing)).toEqual(leases.map(() => true));
+    }
+  });
+
   it('withLease releases after the callback', async () => {
     const locker = open();
     expect(await locker.withLease('lease:with', async (h) => h.token > 0n)).toBe(true);

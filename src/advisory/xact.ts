@@ -56,7 +56,7 @@ const SLICE_MS = 250;
  * lock_timeout (the wait's bound) fires, so a statement still unanswered this long after its own bound
  * means the server or the network is gone, not that the lock is busy.
  */
-const ANSWER_GRACE_MS = 2000;
+export const ANSWER_GRACE_MS = 2000;
 
 /** A statement went unanswered past its bound plus ANSWER_GRACE_MS. */
 class NoAnswer {

@@ -57,6 +57,8 @@ interface AcquireRow {
 export class LeaseManager {
   private readonly lines: WaitLines<LeaseRequest, LeaseHandleImpl>;
   private readonly holding = new Set<LeaseHandleImpl>();
+  /** Releases under way (giveBack never rejects): close() waits for them. */
+  private readonly releasing = new Set<Promise<boolean>>();
   closed = false;
 
   constructor(
@@ -93,6 +95,8 @@ export class LeaseManager {
     // Waiters fail; a grant still in flight for one of them is handed back (the line's give-back, nothing else)
     // and their wait announcements withdrawn, before the connections go.
     await Promise.all([this.lines.close(closedError()), ...[...this.holding].map((h) => h.release())]);
+    // Releases the caller started before close(): their statements need the pool the locker ends next.
+    await Promise.all(this.releasing);
   }
 
   // ---- holders ----
@@ -113,10 +117,17 @@ export class LeaseManager {
       );
   }
 
-  /** @internal */ async release(handle: LeaseHandleImpl): Promise<boolean> {
-    if (!this.holding.delete(handle) || !handle.markReleased()) return false;
+  /** @internal */ release(handle: LeaseHandleImpl): Promise<boolean> {
+    if (!this.holding.delete(handle) || !handle.markReleased()) return Promise.resolve(false);
     handle.stopTimers();
     this.observer.released(handle);
+    const released = this.giveBack(handle);
+    this.releasing.add(released);
+    void released.finally(() => this.releasing.delete(released));
+    return released;
+  }
+
+  private async giveBack(handle: LeaseHandleImpl): Promise<boolean> {
     try {
       const rows = await runStatement<{ released: boolean }>(this.source.pool, leaseStatements.release, [handle.key, handle.token, handle.minHoldMs]);
       if (!rows[0]!.released) this.lostOnRelease(handle, new Error('the lease was no longer this holder’s'));

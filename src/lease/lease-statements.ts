@@ -42,13 +42,35 @@ export async function runStatement<R extends pg.QueryResultRow>(pool: pg.Pool, s
 
 /** PostgreSQL reports its backend's pid when a connection starts; a proxy reports a key of its own. */
 async function isDirect(pool: pg.Pool): Promise<boolean> {
-  const client = await pool.connect();
+  const { client, release } = await checkOut(pool);
   try {
     const { rows } = await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
-    client.release();
+    release();
     return rows[0]!.pid === (client as { processID?: number | null }).processID;
   } catch (err) {
-    client.release(err instanceof Error ? err : true);
+    release(err instanceof Error ? err : true);
     throw err;
   }
+}
+
+/**
+ * pool.connect() with an error listener from the moment of checkout (the pool drops its own then): a
+ * connection that ends under the query, or a shutdown message read with the one that made it ready,
+ * is emitted as 'error' too, and unheard that is an uncaught exception. The query fails with it anyway.
+ */
+function checkOut(pool: pg.Pool): Promise<{ client: pg.PoolClient; release(err?: Error | boolean): void }> {
+  return new Promise((resolve, reject) => {
+    pool.connect((err, client, done) => {
+      if (err || !client) return reject(err ?? new Error('no client'));
+      const onError = () => {};
+      client.on('error', onError);
+      resolve({
+        client,
+        release: (failed) => {
+          client.removeListener('error', onError);
+          done(failed);
+        },
+      });
+    });
+  });
 }

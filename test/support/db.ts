@@ -70,13 +70,16 @@ export async function queryOnce<R extends pg.QueryResultRow = pg.QueryResultRow>
   }
 }
 
-/** Terminates every backend of an application_name; resolves with how many there were. */
-export async function killBackends(url: string, applicationName: string): Promise<number> {
+/**
+ * Terminates every backend of an application_name; resolves with how many there were. With `waitMs`,
+ * each kill waits (up to that long) for its backend to exit, so what it held is free once this resolves.
+ */
+export async function killBackends(url: string, applicationName: string, waitMs = 0): Promise<number> {
   const rows = await queryOnce<{ n: number }>(
     url,
-    `SELECT count(*)::int AS n FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+    `SELECT count(*)::int AS n FROM (SELECT pg_terminate_backend(pid, $2) FROM pg_stat_activity
       WHERE application_name = $1 AND pid <> pg_backend_pid()) t`,
-    [applicationName],
+    [applicationName, waitMs],
   );
   return rows[0]!.n;
 }

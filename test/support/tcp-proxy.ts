@@ -103,6 +103,11 @@ export class TcpProxy {
     }
   }
 
+  /** How many deliveries a stall holds back now (something was sent into it). */
+  get stalled(): number {
+    return this.held?.length ?? 0;
+  }
+
   /** Closes both sides of every connection (the server then ends the sessions behind them). */
   cutAll(): void {
     for (const [a, b] of this.pairs) {

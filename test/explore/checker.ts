@@ -1,0 +1,331 @@
+/**
+ * The checker of an exploration's history: pure, no database. It names every broken promise it can
+ * prove from the records, and nothing it cannot: each interval it trusts is one the lock was certainly
+ * held through on the server.
+ *
+ * A hold is certainly held from its grant's answer until
+ *  - its release was invoked, when release() answered true (release claims exactly that), else
+ *  - the last instant its holder acted on it (a signal read unaborted, a statement answered in its
+ *    transaction) before any fault reached its actor.
+ * Two conflicting holds whose certain intervals meet break exclusion. A holder acting later than its
+ * certain interval (it may have lost the lock without knowing yet) must not act inside another's
+ * certain interval, except within its kind's documented loss window after a fault that hit it.
+ */
+import type { ActRecord, ExploreConfig, FaultRecord, History, HoldRecord, OpRecord } from './history.js';
+
+export type ViolationType =
+  | 'overlap'
+  | 'stale-act'
+  | 'too-many-permits'
+  | 'token-order'
+  | 'token-reused'
+  | 'stale-write'
+  | 'release-lie'
+  | 'leak'
+  | 'late'
+  | 'unsettled'
+  | 'untyped-error';
+
+export interface Violation {
+  type: ViolationType;
+  message: string;
+  /** Ids of the records involved (holds, ops, faults, writes). */
+  refs: string[];
+}
+
+interface Interval {
+  hold: HoldRecord;
+  from: number;
+  to: number;
+}
+
+const ms = (t: number): string => `${t.toFixed(1)} ms`;
+
+export function check(history: History): Violation[] {
+  const ctx = new CheckContext(history);
+  return [...ctx.exclusion(), ...ctx.permits(), ...ctx.tokens(), ...ctx.writes(), ...ctx.releases(), ...ctx.leaks(), ...ctx.calls()];
+}
+
+class CheckContext {
+  private readonly config: ExploreConfig;
+  private readonly actsOf = new Map<string, ActRecord[]>();
+  private readonly faultsOf = new Map<string, FaultRecord[]>();
+  private readonly certain = new Map<string, Interval>();
+
+  constructor(private readonly h: History) {
+    this.config = h.config;
+    for (const act of h.acts) push(this.actsOf, act.hold, act);
+    for (const fault of h.faults) for (const actor of fault.targets) push(this.faultsOf, actor, fault);
+    for (const hold of h.holds) {
+      const to = this.certainEnd(hold);
+      if (to >= hold.grantedAt) this.certain.set(hold.id, { hold, from: hold.grantedAt, to });
+    }
+  }
+
+  /** The first fault that reached the hold's actor while it held (or was still going on at the grant). */
+  private firstFaultAt(hold: HoldRecord): number {
+    let first = Infinity;
+    for (const f of this.faultsOf.get(hold.actor) ?? []) {
+      if ((f.endedAt ?? Infinity) < hold.grantedAt) continue;
+      first = Math.min(first, Math.max(f.at, hold.grantedAt));
+    }
+    return first;
+  }
+
+  private faultedWhileAsking(hold: HoldRecord): boolean {
+    return (this.faultsOf.get(hold.actor) ?? []).some((f) => f.at < hold.grantedAt && (f.endedAt ?? Infinity) >= hold.requestedAt);
+  }
+
+  /** A fault reached the actor while its close ran (the database may not have heard it: a lease then runs out on its own). */
+  private faultedWhileClosing(actor: string): boolean {
+    const close = this.h.ops.find((o) => o.actor === actor && o.op === 'close');
+    if (!close) return false;
+    const end = close.settledAt ?? Infinity;
+    return (this.faultsOf.get(actor) ?? []).some((f) => f.at <= end && (f.endedAt ?? Infinity) >= close.invokedAt);
+  }
+
+  /**
+   * Where the certain interval ends; -Infinity when there is none. A lease's grant may be answered
+   * after its TTL ran out (its answer was held up on the way): only its acts, or a release that found
+   * it live, prove it held.
+   */
+  private certainEnd(hold: HoldRecord): number {
+    if (hold.released === true && hold.releaseInvokedAt !== undefined) return hold.releaseInvokedAt;
+    const cutoff = Math.min(this.firstFaultAt(hold), hold.endedAt ?? Infinity);
+    // Nor does any grant answered after a fault reached its actor while it asked: the answer may have
+    // been on its way (or waiting to be read) while the fault ended the session behind it.
+    let last = hold.family === 'lease' || this.faultedWhileAsking(hold) ? -Infinity : hold.grantedAt;
+    for (const act of this.actsOf.get(hold.id) ?? []) if (act.to <= cutoff && act.from > last) last = act.from;
+    return last;
+  }
+
+  private knownNonExclusive(a: HoldRecord, b: HoldRecord): boolean {
+    return this.config.knownNonExclusive.some(([x, y]) => (a.family === x && b.family === y) || (a.family === y && b.family === x));
+  }
+
+  /** Two holds of one lock that cannot be held together. */
+  private conflict(a: HoldRecord, b: HoldRecord): boolean {
+    if (a.id === b.id || a.name !== b.name) return false;
+    if ((a.family === 'permit') !== (b.family === 'permit')) return false;
+    if (a.family === 'permit') return false; // counted apart
+    if (a.mode === 'shared' && b.mode === 'shared') return false;
+    return !this.knownNonExclusive(a, b);
+  }
+
+  /** A fault that hit the actor at or before `at`, recently enough that the kind may not know of its loss yet. */
+  private excusingFault(hold: HoldRecord, at: number): FaultRecord | undefined {
+    const window = this.config.lossWindowMs[hold.kind] ?? 0;
+    return (this.faultsOf.get(hold.actor) ?? []).find((f) => f.at <= at && at <= Math.max(f.at, f.endedAt ?? f.at) + window && (f.endedAt ?? Infinity) >= hold.grantedAt);
+  }
+
+  private byName(filter: (h: HoldRecord) => boolean): Map<string, HoldRecord[]> {
+    const out = new Map<string, HoldRecord[]>();
+    for (const hold of this.h.holds) if (filter(hold)) push(out, hold.name, hold);
+    return out;
+  }
+
+  *exclusion(): Generator<Violation> {
+    for (const holds of this.byName((h) => h.family !== 'permit').values()) {
+      const intervals = holds.flatMap((h) => this.certain.get(h.id) ?? []).sort((a, b) => a.from - b.from);
+      for (let i = 0; i < intervals.length; i++) {
+        const a = intervals[i]!;
+        for (let j = i + 1; j < intervals.length; j++) {
+          const b = intervals[j]!;
+          if (b.from >= a.to) break; // sorted by grant: no later hold meets a
+          if (!this.conflict(a.hold, b.hold)) continue;
+          yield {
+            type: 'overlap',
+            message:
+              `${describe(a.hold)} and ${describe(b.hold)} were both held on ${a.hold.name} from ${ms(b.from)} to ${ms(Math.min(a.to, b.to))}` +
+              ` (certain intervals ${ms(a.from)}..${ms(a.to)} and ${ms(b.from)}..${ms(b.to)})`,
+            refs: [a.hold.id, b.hold.id],
+          };
+        }
+      }
+      // Acts after a hold's certain end: the holder still believed; nobody else may certainly hold then.
+      for (const hold of holds) {
+        const ownEnd = this.certain.get(hold.id)?.to ?? -Infinity;
+        for (const act of this.actsOf.get(hold.id) ?? []) {
+          if (act.from <= ownEnd) continue;
+          const other = holds.find((o) => this.conflict(hold, o) && this.containsAct(o, act));
+          if (!other || this.excusingFault(hold, act.from)) continue;
+          yield {
+            type: 'stale-act',
+            message: `${describe(hold)} acted on ${hold.name} at ${ms(act.from)}..${ms(act.to)} while ${describe(other)} certainly held it, outside any loss window of ${hold.kind}`,
+            refs: [hold.id, other.id],
+          };
+        }
+      }
+    }
+  }
+
+  private containsAct(hold: HoldRecord, act: ActRecord): boolean {
+    const c = this.certain.get(hold.id);
+    return c !== undefined && c.from < act.from && act.to < c.to;
+  }
+
+  *permits(): Generator<Violation> {
+    for (const [name, holds] of this.byName((h) => h.family === 'permit')) {
+      const permits = this.config.permits[name] ?? 1;
+      const points: [number, number, HoldRecord][] = [];
+      for (const hold of holds) {
+        const c = this.certain.get(hold.id);
+        if (!c || c.to <= c.from) continue;
+        points.push([c.from, 1, hold], [c.to, -1, hold]);
+      }
+      // Ends before starts at one instant: touching intervals do not overlap.
+      points.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+      const live = new Set<HoldRecord>();
+      let reported = false;
+      for (const [at, delta, hold] of points) {
+        if (delta < 0) live.delete(hold);
+        else live.add(hold);
+        if (live.size > permits && !reported) {
+          reported = true;
+          yield {
+            type: 'too-many-permits',
+            message: `${live.size} permits of ${name} (of ${permits}) were certainly held at once at ${ms(at)}: ${[...live].map(describe).join(', ')}`,
+            refs: [...live].map((h) => h.id),
+          };
+        }
+      }
+      for (const hold of holds) {
+        const ownEnd = this.certain.get(hold.id)?.to ?? -Infinity;
+        for (const act of this.actsOf.get(hold.id) ?? []) {
+          if (act.from <= ownEnd) continue;
+          const others = holds.filter((o) => o !== hold && this.containsAct(o, act));
+          if (others.length < permits || this.excusingFault(hold, act.from)) continue;
+          yield {
+            type: 'stale-act',
+            message: `${describe(hold)} acted on a permit of ${name} at ${ms(act.from)} while ${others.length} others certainly held all ${permits}`,
+            refs: [hold.id, ...others.map((o) => o.id)],
+          };
+        }
+      }
+    }
+  }
+
+  *tokens(): Generator<Violation> {
+    for (const [name, holds] of this.byName((h) => h.token !== null)) {
+      const durable = holds.filter((h) => h.tokenDurable).sort((a, b) => a.grantedAt - b.grantedAt);
+      const seen = new Map<bigint, HoldRecord>();
+      for (const hold of durable) {
+        const twin = seen.get(hold.token!);
+        if (twin) yield { type: 'token-reused', message: `${describe(twin)} and ${describe(hold)} on ${name} both got token ${hold.token}`, refs: [twin.id, hold.id] };
+        seen.set(hold.token!, hold);
+      }
+      for (const hold of holds) {
+        // Every durable token granted (answered) before this grant was asked for must be lower.
+        let newest: HoldRecord | null = null;
+        for (const earlier of durable) {
+          if (earlier.grantedAt >= hold.requestedAt) break;
+          if (!newest || earlier.token! > newest.token!) newest = earlier;
+        }
+        if (newest && hold.token! <= newest.token!) {
+          yield {
+            type: 'token-order',
+            message: `${describe(hold)} on ${name} asked at ${ms(hold.requestedAt)} got token ${hold.token}, not above ${newest.token} granted earlier to ${describe(newest)}`,
+            refs: [newest.id, hold.id],
+          };
+        }
+      }
+    }
+  }
+
+  *writes(): Generator<Violation> {
+    const newest = new Map<string, { token: bigint; writer: string }>();
+    for (const row of [...this.h.writeLog].sort((a, b) => a.seq - b.seq)) {
+      const before = newest.get(row.name);
+      if (before && row.token < before.token) {
+        yield {
+          type: 'stale-write',
+          message: `a write with token ${row.token} (${row.writer}) was applied to ${row.name} after one with token ${before.token} (${before.writer})`,
+          refs: [before.writer, row.writer],
+        };
+        continue;
+      }
+      newest.set(row.name, { token: row.token, writer: row.writer });
+    }
+  }
+
+  *releases(): Generator<Violation> {
+    for (const hold of this.h.holds) {
+      if (hold.released !== true || hold.releaseInvokedAt === undefined) continue;
+      if (hold.lostAt !== undefined && hold.lostAt < hold.releaseInvokedAt) {
+        yield {
+          type: 'release-lie',
+          message: `release() of ${describe(hold)} answered true at ${ms(hold.releaseInvokedAt)}, after its holder was told at ${ms(hold.lostAt)} that it was lost (${hold.lostReason})`,
+          refs: [hold.id],
+        };
+        continue;
+      }
+      const kinds = this.config.destroyedBy[hold.kind] ?? [];
+      const fault = (this.faultsOf.get(hold.actor) ?? []).find((f) => {
+        const done = f.doneAt ?? f.endedAt;
+        return kinds.includes(f.type) && f.at > hold.grantedAt && done !== undefined && done < hold.releaseInvokedAt!;
+      });
+      if (!fault) continue;
+      yield {
+        type: 'release-lie',
+        message: `release() of ${describe(hold)} answered true at ${ms(hold.releaseInvokedAt)}, but a ${fault.type} (${fault.id}) had ended it at ${ms(fault.doneAt ?? fault.endedAt!)}`,
+        refs: [hold.id, fault.id],
+      };
+    }
+  }
+
+  *leaks(): Generator<Violation> {
+    for (const seen of this.h.held) {
+      if (seen.advisory.length === 0 && seen.leases.length === 0) continue;
+      // Advisory locks may outlive a close by a backend's exit (the allowance); a lease row lives until released or expired.
+      const allowedMs = this.config.closeLingerMs + (this.config.statementLingerMs[seen.kind] ?? 0);
+      const cleared = seen.clearAfterMs !== undefined && seen.clearAfterMs <= allowedMs;
+      const leaseExcused = seen.leases.length === 0 || this.faultedWhileClosing(seen.actor) || (this.config.leaseLingerKinds ?? []).includes(seen.kind);
+      if (seen.afterClose && cleared && leaseExcused) continue;
+      const what = [...seen.advisory.map((k) => `advisory ${k}`), ...seen.leases.map((t) => `lease token ${t}`)].join(', ');
+      const when = seen.afterClose
+        ? `after its close${seen.clearAfterMs === undefined ? ', and still at the end of the wait' : ` (for ${ms(seen.clearAfterMs)})`}`
+        : 'that none of its holders believed held';
+      yield { type: 'leak', message: `${seen.actor} still held ${what} ${when}`, refs: [seen.actor] };
+    }
+  }
+
+  private stoppedDuring(op: OpRecord, until: number): number {
+    const process = this.h.processOf[op.actor];
+    let total = 0;
+    for (const w of (process && this.h.stopped[process]) || []) total += Math.max(0, Math.min(w.to, until) - Math.max(w.from, op.invokedAt));
+    return total;
+  }
+
+  *calls(): Generator<Violation> {
+    for (const op of this.h.ops) {
+      if (op.outcome === 'killed') continue;
+      if (op.settledAt === undefined) {
+        yield { type: 'unsettled', message: `${op.op} by ${op.actor} (${op.kind}) invoked at ${ms(op.invokedAt)} never settled`, refs: [op.id] };
+        continue;
+      }
+      const took = op.settledAt - op.invokedAt - this.stoppedDuring(op, op.settledAt);
+      // The test's own statements failing slowly (a connect through a blackhole) say nothing of pgfence's bounds.
+      if (took > op.boundMs && op.error?.origin !== 'driver') {
+        yield {
+          type: 'late',
+          message: `${op.op} by ${op.actor} (${op.kind}${op.timeoutMs === undefined ? '' : `, timeoutMs ${op.timeoutMs}`}) settled after ${ms(took)}, past its bound of ${ms(op.boundMs)}`,
+          refs: [op.id],
+        };
+      }
+      const err = op.error;
+      if (err && err.origin === 'pgfence' && !err.typed && !this.config.knownUntyped.includes(op.op)) {
+        yield { type: 'untyped-error', message: `${op.op} by ${op.actor} (${op.kind}) threw ${err.name}${err.code ? ` [${err.code}]` : ''}, not a PgfenceError: ${err.message}`, refs: [op.id] };
+      }
+    }
+  }
+}
+
+function describe(h: HoldRecord): string {
+  return `${h.id} (${h.kind} ${h.mode}${h.token === null ? '' : ` token ${h.token}`}, ${h.actor})`;
+}
+
+function push<K, V>(map: Map<K, V[]>, key: K, value: V): void {
+  const list = map.get(key);
+  if (list) list.push(value);
+  else map.set(key, [value]);
+}
