@@ -44,7 +44,6 @@ export const SEMAPHORES: Record<string, number> = { s0: 2 };
 /**
  * Known gaps, each being fixed elsewhere; the checker skips them so the suite stays green until then.
  * - An xact lock is not yet excluded by a live lease of its name.
- * - fencedUpdate passes raw driver errors through (issue 20, bug 3; merged on main since: try []).
  */
 export const KNOWN_NON_EXCLUSIVE: [Family, Family][] = [['xact', 'lease']];
 export const KNOWN_UNTYPED: ExploreConfig['knownUntyped'] = [];
