@@ -1,10 +1,9 @@
 import { BaseHandle, type LockHandle, LockLostError, type LockLostReason, LockUnavailableError, PgfenceError, schemaMissingError, setLongTimeout } from '../core/index.js';
 import type { LockTarget } from '../keys.js';
 import type { Observer } from '../observe/index.js';
-import type { ConnectionSource, ReleaseListener, Session, SessionPool } from '../session/index.js';
+import { type ReleaseListener, type Session, SessionLostError, type SessionPool, type ShortStatements } from '../session/index.js';
 import { type Attempt, closedError, WaitLines } from '../wait/index.js';
 import { leaseStatements } from './lease-sql.js';
-import { runStatement } from './lease-statements.js';
 
 export interface LeaseRequest {
   target: LockTarget;
@@ -62,10 +61,16 @@ export class LeaseManager {
   closed = false;
 
   constructor(
-    private readonly source: ConnectionSource,
+    /** Where lease statements go: the locker's home session (or the pool behind a transaction pooler). */
+    private readonly statements: ShortStatements,
     sessions: SessionPool,
     listener: ReleaseListener,
     readonly observer: Observer,
+    /**
+     * This locker holds (or is taking) a session lock of the key: its lease statements may run on the very
+     * backend that holds it, where PostgreSQL sees no conflict (a backend's own locks never conflict).
+     */
+    private readonly sessionLockHere: (key: bigint) => boolean,
   ) {
     this.lines = new WaitLines('lease', sessions, listener, observer, (request) => this.attempt(request));
   }
@@ -103,7 +108,7 @@ export class LeaseManager {
 
   /** @internal */ renew(handle: LeaseHandleImpl): Promise<'renewed' | LockLostReason | 'unavailable'> {
     const sentAt = performance.now();
-    return runStatement<{ expires_at: Date | null; current_token: string | null }>(this.source.pool, leaseStatements.renew, [handle.key, handle.token, handle.ttlMs])
+    return this.statements.run<{ expires_at: Date | null; current_token: string | null }>(leaseStatements.renew, [handle.key, handle.token, handle.ttlMs])
       .then(
         (rows) => {
           const row = rows[0]!;
@@ -129,7 +134,7 @@ export class LeaseManager {
 
   private async giveBack(handle: LeaseHandleImpl): Promise<boolean> {
     try {
-      const rows = await runStatement<{ released: boolean }>(this.source.pool, leaseStatements.release, [handle.key, handle.token, handle.minHoldMs]);
+      const rows = await this.statements.run<{ released: boolean }>(leaseStatements.release, [handle.key, handle.token, handle.minHoldMs]);
       if (!rows[0]!.released) this.lostOnRelease(handle, new Error('the lease was no longer this holder’s'));
       return rows[0]!.released;
     } catch (err) {
@@ -159,10 +164,12 @@ export class LeaseManager {
 
   private async attempt(request: LeaseRequest): Promise<Attempt<LeaseHandleImpl>> {
     const { target, owner, ttlMs, data } = request;
+    // Busy, as it is: the name is one lock whatever its kind (looked at again at its poll).
+    if (this.sessionLockHere(target.key)) return { busy: true };
     const sentAt = performance.now();
     let row: AcquireRow;
     try {
-      const rows = await runStatement<AcquireRow>(this.source.pool, leaseStatements.acquire, [
+      const rows = await this.statements.run<AcquireRow>(leaseStatements.acquire, [
         target.key,
         target.name,
         owner,
@@ -171,6 +178,8 @@ export class LeaseManager {
       ]);
       row = rows[0]!;
     } catch (err) {
+      // The session died under the attempt: look again on its replacement.
+      if (err instanceof SessionLostError && err.connected && !this.closed) return { retry: true };
       throw (
         schemaMissingError(err) ??
         (err instanceof PgfenceError ? err : new LockUnavailableError(`a lease statement failed: ${(err as Error)?.message}`, { cause: err }))

@@ -40,7 +40,7 @@ SELECT r.freed IS NOT NULL AS released,
        ${notifyIfWaiters('$1::int8', { released: '(r.freed IS TRUE)', asyncCommit: false })} AS notified
 FROM (SELECT 1) AS one LEFT JOIN released AS r ON true`;
 
-/** The lease statements with their names: prepared once per direct connection (see lease-statements.ts). */
+/** The lease statements with their names: prepared once per session or direct connection (see session/short-statements.ts). */
 export const leaseStatements = {
   acquire: { name: 'pgfence_lease_acquire', text: acquireLeaseSql },
   renew: { name: 'pgfence_lease_renew', text: renewLeaseSql },
