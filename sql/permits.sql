@@ -15,19 +15,17 @@ DECLARE
   r record;
   soonest bigint;
 BEGIN
-  IF p_slots IS NULL OR p_name IS NULL OR p_owner IS NULL OR p_ttl_ms IS NULL OR p_first IS NULL THEN
-    RAISE EXCEPTION 'pgfence: permit_acquire: % must not be NULL',
-      CASE WHEN p_slots IS NULL THEN 'p_slots' WHEN p_name IS NULL THEN 'p_name' WHEN p_owner IS NULL THEN 'p_owner'
-           WHEN p_ttl_ms IS NULL THEN 'p_ttl_ms' ELSE 'p_first' END USING ERRCODE = '22004';
-  END IF;
+  -- Arguments refused as everywhere in pgfence (sql/arguments.sql): NULL 22004, out of bounds 22023.
+  IF p_slots IS NULL THEN PERFORM pgfence.null_argument('p_slots'); END IF;
+  IF p_first IS NULL THEN PERFORM pgfence.null_argument('p_first'); END IF;
+  PERFORM pgfence.check_lock_name('p_name', p_name);
+  PERFORM pgfence.check_owner(p_owner);
+  PERFORM pgfence.check_duration_ms('p_ttl_ms', p_ttl_ms, 100);
   IF n = 0 OR n > 10000 OR array_position(p_slots, NULL) IS NOT NULL THEN
-    RAISE EXCEPTION 'pgfence: permit_acquire: p_slots must hold 1 to 10000 keys, none NULL' USING ERRCODE = '22023';
-  END IF;
-  IF p_ttl_ms < 100 THEN
-    RAISE EXCEPTION 'pgfence: permit_acquire: p_ttl_ms must be at least 100 ms, got %', p_ttl_ms USING ERRCODE = '22023';
+    PERFORM pgfence.invalid_argument('p_slots', format('must hold 1 to 10000 keys, none NULL, got %s', n));
   END IF;
   IF p_first < 0 OR p_first >= n THEN
-    RAISE EXCEPTION 'pgfence: permit_acquire: p_first must be 0 to %, got %', n - 1, p_first USING ERRCODE = '22023';
+    PERFORM pgfence.invalid_argument('p_first', format('must be 0 to %s, got %s', n - 1, p_first));
   END IF;
   -- Starting at p_first (callers pick it at random) keeps concurrent callers off each other's slot.
   FOR j IN 0 .. n - 1 LOOP
