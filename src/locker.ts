@@ -1,9 +1,9 @@
 import { EventEmitter } from 'node:events';
-import { acquireAll, type AcquireOptions, acquireRequest, type AcquireRequest, AdvisoryLockManager, type CompositeLockHandle, type FencedAcquireOptions, leaderGuardRequest, LockBudget, openSemaphore, type Semaphore, SemaphoreManager, type SemaphoreOptions, sessionLockStatements, tryAcquireRequest, warmGuardSql } from './advisory/index.js';
+import { acquireAll, type AcquireOptions, acquireRequest, type AcquireRequest, AdvisoryLockManager, type CompositeLockHandle, type FencedAcquireOptions, leaderGuardRequest, LockBudget, type Semaphore, SemaphoreManager, type SemaphoreOptions, sessionLockStatements, tryAcquireRequest, warmGuardSql } from './advisory/index.js';
 import type { FencedLockHandle, LockHandle } from './core/index.js';
 import { LockerParts } from './locker-parts.js';
 import { resolveLock, type LockName } from './keys.js';
-import { LeaderCampaign, type LeaderElection, type LeaseHandle, LeaseManager, type LeaseOptions, leaseRequest, startCampaign, tryLeaseRequest } from './lease/index.js';
+import { LeaderCampaign, type LeaderElection, type LeaseHandle, LeaseManager, type LeaseOptions, leaseRequest, openSemaphoreOf, startCampaign, tryLeaseRequest } from './lease/index.js';
 import { resolveLockerOptions, type LockerOptions } from './locker-options.js';
 import { PgLockerContext } from './locker-context.js';
 import { inspectDatabase, type LockerEvents, type LockerStats, type LockReport, NameRegistry, Observer, type OwnLocks, reportBounce } from './observe/index.js';
@@ -346,7 +346,7 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
   }
 
   semaphore(name: LockName, opts: SemaphoreOptions): Semaphore {
-    return openSemaphore(this.ctx, this.semaphores, name, opts);
+    return openSemaphoreOf(this.ctx, { advisory: this.semaphores, leases: this.leases }, name, opts);
   }
 
   leader(name: LockName, opts?: Omit<LeaseOptions, 'timeoutMs' | 'allowNested'>): LeaderElection {
