@@ -29,7 +29,10 @@ export class ShortStatements implements Pick<SqlExecutor, 'query'> {
     } catch (err) {
       return Promise.reject(err);
     }
-    return home.statement<R>(statement, values).catch((err: unknown) => {
+    // Prepared only where one connection is one backend for sure; behind a pooler (even one that looked like a session
+    // pool) unnamed, which a lone statement in its own transaction needs nothing more than.
+    const text = typeof statement === 'string' ? statement : () => (this.source.pinning === 'direct' ? statement : statement.text);
+    return home.statement<R>(text, values).catch((err: unknown) => {
       // The first connection found a transaction pooler: this statement (and every later one) goes through the pool.
       if (this.source.refusal) return this.viaPool<R>(statement, values);
       throw err;
