@@ -1,6 +1,6 @@
 // The pgfence command, run as a real child process (dist/cli/main.js) against a database of this file's own.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -334,7 +334,9 @@ describe('pgfence run', () => {
 
   it('never runs two children of one name at once; with --wait 0 a busy lock exits 75 without running', async () => {
     const name = 'cli:overlap';
-    const first = start(['run', name, '--', node, CHILD, 'interval', file('ov-a'), '1500']);
+    // The first child holds the lock until the test opens its gate (a fixed hold could end, under load,
+    // before the busy run below has even connected).
+    const first = start(['run', name, '--', node, CHILD, 'gate', file('ov-a'), file('ov-gate')]);
     await eventually(() => read('ov-a').includes('start'), 20_000, 'the first child to start');
 
     const busy = await pgfence(['run', name, '--wait', '0', '--', node, CHILD, 'interval', file('ov-busy'), '10']);
@@ -344,6 +346,7 @@ describe('pgfence run', () => {
 
     // Waiters queue up and run one after another.
     const waiters = ['ov-b', 'ov-c', 'ov-d'].map((f) => start(['run', name, '--wait', '60s', '--', node, CHILD, 'interval', file(f), '200']));
+    writeFileSync(file('ov-gate'), '');
     const results = await Promise.all([first.done, ...waiters.map((w) => w.done)]);
     expect(results.map((r) => r.code)).toEqual([0, 0, 0, 0]);
 
