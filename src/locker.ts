@@ -378,7 +378,7 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
   close(): Promise<void> {
     this.closing ??= (async () => {
       await Promise.all([...this.campaigns].map((c) => c.closeWithLocker()));
-      await Promise.all([this.parts.close(), this.names.flush()]);
+      await Promise.all([this.parts.close(), this.names.close()]);
       this.sessions.close();
       this.listener.close();
       await this.source.end();

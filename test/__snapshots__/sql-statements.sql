@@ -331,10 +331,7 @@ SELECT 1;
 SELECT pgfence.admit_session_lock(-6087607593372428434, false, true) AS r;
 
 -- name registry: names of keys; $1 keys, $2 names, $3 namespaces
-INSERT INTO pgfence.lock_names (key, name, namespace)
-SELECT n.key, n.name, n.namespace FROM unnest($1::int8[], $2::text[], $3::text[]) AS n(key, name, namespace)
-WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL
-ON CONFLICT (key) DO NOTHING;
+SELECT pgfence.note_lock_names($1::int8[], $2::text[], $3::text[]);
 
 -- session locks held, to reconcile a failed batch
 SELECT objsubid::int AS space, ((classid::int8 << 32) | objid::int8) AS key, mode
