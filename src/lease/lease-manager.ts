@@ -14,7 +14,7 @@ export interface LeaseRequest {
   signal: AbortSignal | undefined;
   owner: string;
   data: unknown;
-  /** Release keeps the lease until acquired_at + minHoldMs (database clock); 0 = none. */
+  /** The lease holds its name at least until acquired_at + minHoldMs (database clock), however it ends; 0 = none. */
   minHoldMs: number;
 }
 
@@ -40,7 +40,8 @@ export interface LeaseHandle<D = unknown> extends LockHandle {
 
 interface AcquireRow {
   granted: boolean;
-  token: string;
+  /** Null when busy: a token is its holder's alone. */
+  token: string | null;
   owner: string;
   acquired_at: Date;
   expires_at: Date;
@@ -103,7 +104,7 @@ export class LeaseManager {
 
   /** @internal */ renew(handle: LeaseHandleImpl): Promise<'renewed' | LockLostReason | 'unavailable'> {
     const sentAt = performance.now();
-    return runStatement<{ expires_at: Date | null; current_token: string | null }>(this.source.pool, leaseStatements.renew, [handle.key, handle.token, handle.ttlMs])
+    return runStatement<{ expires_at: Date | null; taken_over: boolean }>(this.source.pool, leaseStatements.renew, [handle.key, handle.token, handle.ttlMs])
       .then(
         (rows) => {
           const row = rows[0]!;
@@ -111,7 +112,7 @@ export class LeaseManager {
             handle.renewed(sentAt, row.expires_at);
             return 'renewed' as const;
           }
-          return row.current_token !== null && BigInt(row.current_token) !== handle.token ? 'lease-stolen' : 'lease-expired';
+          return row.taken_over ? 'lease-stolen' : 'lease-expired';
         },
         () => 'unavailable' as const,
       );
@@ -168,6 +169,7 @@ export class LeaseManager {
         owner,
         ttlMs,
         data === undefined ? null : JSON.stringify(data),
+        request.minHoldMs,
       ]);
       row = rows[0]!;
     } catch (err) {
@@ -177,7 +179,7 @@ export class LeaseManager {
       );
     }
     if (!row.granted) return { busy: true, retryInMs: row.remaining_ms === null ? undefined : row.remaining_ms + 1 };
-    const handle = new LeaseHandleImpl(this, request, BigInt(row.token), row.expires_at, sentAt);
+    const handle = new LeaseHandleImpl(this, request, BigInt(row.token!), row.expires_at, sentAt);
     this.holding.add(handle);
     return { granted: handle };
   }
