@@ -1,26 +1,15 @@
 // The lease rules are written once (sql/leases.sql) and run by Node and by the SQL interface alike:
 // only the holder can renew or release (a busy answer names the holder and the time, never its token),
 // an at-least-for hold outlives its holder however it ends, and whom a release wakes is one rule.
-import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createLocker, lockKey } from '../src/index.js';
+import { describe, expect, it } from 'vitest';
+import { lockKey } from '../src/index.js';
 import { acquireLeaseSql, releaseLeaseSql, renewLeaseSql } from '../src/lease/lease-sql.js';
 import { notifyIfWaiters } from '../src/wait/marker-sql.js';
-import { eventually, track, useMigratedDatabase } from './support/db.js';
+import { eventually } from './support/db.js';
+import { useSqlDatabase } from './support/sql-database.js';
 
-let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
-let pool: pg.Pool;
-const open = () => track(createLocker({ connectionString: db.url }));
-const one = async <T = Record<string, unknown>>(text: string, values: unknown[] = []): Promise<T> =>
-  (await pool.query(text, values)).rows[0] as T;
-
-beforeAll(async () => {
-  db = await useMigratedDatabase('sql_lease_rules');
-  pool = new pg.Pool({ connectionString: db.url, max: 4 });
-});
-afterAll(async () => {
-  await pool.end();
-});
+const db = useSqlDatabase('sql_lease_rules');
+const { one, open } = db;
 
 /** Waits until the lease of `key` is past its expiry on the database clock (its holder did not renew). */
 const pastExpiry = (key: bigint) =>
@@ -42,8 +31,8 @@ describe('only the holder can renew or release a lease (issue 19, item 6)', () =
     expect(busy.expires_at.getTime()).toBe(holder.expires_at.getTime());
     expect(Number(busy.remaining_ms)).toBeGreaterThan(0);
     // B takes its busy answer's token for its own: the database refuses it, the holder keeps its lease.
-    await expect(pool.query('SELECT pgfence.release_lease($1, $2)', [key, busy.token])).rejects.toMatchObject({ code: '22004' });
-    await expect(pool.query('SELECT pgfence.renew_lease($1, $2, 30000)', [key, busy.token])).rejects.toMatchObject({ code: '22004' });
+    await expect(db.pool.query('SELECT pgfence.release_lease($1, $2)', [key, busy.token])).rejects.toMatchObject({ code: '22004' });
+    await expect(db.pool.query('SELECT pgfence.renew_lease($1, $2, 30000)', [key, busy.token])).rejects.toMatchObject({ code: '22004' });
     expect((await one<{ e: Date | null }>('SELECT pgfence.renew_lease($1, $2, 30000) AS e', [key, holder.token])).e).not.toBeNull();
     expect((await one<{ r: boolean }>('SELECT pgfence.release_lease($1, $2) AS r', [key, holder.token])).r).toBe(true);
   });
@@ -107,7 +96,7 @@ describe('one definition of each rule (issue 19, item 10)', () => {
     expect(releaseLeaseSql).toMatch(/^SELECT pgfence\.lease_release\(\$1::int8, \$2::int8, \$3::int8\) AS released$/);
     const bodies = Object.fromEntries(
       (
-        await pool.query<{ name: string; body: string }>(
+        await db.pool.query<{ name: string; body: string }>(
           `SELECT p.proname AS name, p.prosrc AS body FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
             WHERE n.nspname = 'pgfence' AND p.proname IN ('try_lease', 'renew_lease', 'release_lease')`,
         )
