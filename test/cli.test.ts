@@ -440,16 +440,37 @@ describe('pgfence run', () => {
     const pool = new pg.Pool({ connectionString: db.url, max: 1 });
     try {
       const { rows } = await pool.query(
-        `SELECT extract(epoch FROM expires_at - acquired_at) * 1000 AS held_ms, released_at IS NULL AS kept
-           FROM pgfence.leases WHERE name = 'cli:at-least'`,
+        `SELECT extract(epoch FROM held_until - acquired_at) * 1000 AS held_ms, pgfence.lease_live(l, clock_timestamp()) AS kept
+           FROM pgfence.leases l WHERE name = 'cli:at-least'`,
       );
       expect({ held: Number(rows[0].held_ms), kept: rows[0].kept }).toEqual({ held: 60_000, kept: true });
       const again = await pgfence(['run', 'cli:at-least', '--lease', '--', 'true']);
       expect(again.code).toBe(75);
       expect(again.stderr).toContain('busy');
       // Once the hold is over (moved into the past here) the next run goes ahead.
-      await pool.query(`UPDATE pgfence.leases SET expires_at = clock_timestamp() WHERE name = 'cli:at-least'`);
+      await pool.query(`UPDATE pgfence.leases SET expires_at = clock_timestamp(), held_until = clock_timestamp() WHERE name = 'cli:at-least'`);
       expect((await pgfence(['run', 'cli:at-least', '--lease', '--', 'true'])).code).toBe(0);
+    } finally {
+      await pool.end();
+    }
+  });
+
+  it('--lease --at-least holds the name when pgfence itself is killed before it can release (SIGKILL)', async () => {
+    // The command kills its parent, pgfence: no release, no renewal. The lease runs out at its TTL, the hold does not.
+    const r = await pgfence(['run', 'cli:at-least-killed', '--lease', '--ttl', '1s', '--at-least', '60s', '--', 'sh', '-c', 'kill -KILL $PPID']);
+    expect(r.signal).toBe('SIGKILL');
+    const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+    try {
+      const state = async () =>
+        (
+          await pool.query<{ expired: boolean; live: boolean }>(
+            `SELECT expires_at < clock_timestamp() AS expired, pgfence.lease_live(l, clock_timestamp()) AS live
+               FROM pgfence.leases l WHERE name = 'cli:at-least-killed'`,
+          )
+        ).rows[0]!;
+      await eventually(async () => (await state()).expired, 15_000, 'the TTL to run out on the database clock');
+      expect((await state()).live).toBe(true);
+      expect((await pgfence(['run', 'cli:at-least-killed', '--lease', '--', 'true'])).code).toBe(75);
     } finally {
       await pool.end();
     }
