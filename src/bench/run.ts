@@ -17,6 +17,7 @@ import { fresh } from './measurements/fresh.js';
 import { handoff } from './measurements/handoff.js';
 import { many } from './measurements/many.js';
 import { names } from './measurements/names.js';
+import { pooled } from './measurements/pooled.js';
 import { sqlInterface } from './measurements/sql-interface.js';
 import { uncontended } from './measurements/uncontended.js';
 import { wire } from './measurements/wire.js';
@@ -45,6 +46,7 @@ export const MEASUREMENTS: readonly Measurement[] = [
   { n: 8, id: 'names', title: 'lock names visible to other processes', schema: true, run: names },
   { n: 9, id: 'wire', title: 'round trips and messages per operation', schema: true, run: wire },
   { n: 10, id: 'sql', title: 'the SQL interface from pgbench', schema: true, run: sqlInterface },
+  { n: 11, id: 'pooled', title: 'through a transaction pooler', schema: true, run: pooled },
 ];
 
 /** Which measurements `--only` names: numbers or ids, comma-separated; null when it names none. */
