@@ -235,9 +235,13 @@ BEGIN
 END $$;
 
 -- ---- fenced advisory locks ----
--- Session locks are plain PostgreSQL advisory locks on the key, guarded as the Node API guards them:
--- a grant gives way to a live lease of the same key (admit_session_lock). Each exclusive grant
+-- Session locks are PostgreSQL advisory locks on the key, guarded as the Node API guards them: a grant
+-- gives way to a live lease of the same key (lease_holds, read after the grant). Each exclusive grant
 -- issues the next fencing token of the key (next_token), the same counter as leases and Node locks.
+-- The lock is taken as a transaction lock and becomes a session lock at COMMIT
+-- (sql/interface-commit.sql): an error, a cancel or a ROLLBACK leaves nothing held, and the token
+-- rolled back with it is never held by anyone. Inside a transaction block the session lock therefore
+-- starts at COMMIT (the transaction lock holds the name until then).
 
 -- public: one try at the exclusive session lock of p_key; the token, or NULL when busy.
 CREATE OR REPLACE FUNCTION pgfence.try_lock_fenced(p_key bigint) RETURNS bigint
@@ -246,52 +250,34 @@ BEGIN
   IF p_key IS NULL THEN
     PERFORM pgfence.null_argument('key');
   END IF;
-  IF pgfence.admit_session_lock(p_key, false, pg_try_advisory_lock(p_key)) = 1 THEN
-    RETURN pgfence.next_token(p_key);
+  -- The lease is looked at before the try too: a busy answer then takes nothing that would stay
+  -- until the end of the caller's transaction.
+  IF NOT pgfence.lease_holds(p_key) AND pg_try_advisory_xact_lock(p_key) AND NOT pgfence.lease_holds(p_key) THEN
+    RETURN pgfence.next_session_lock_token(p_key);
   END IF;
   RETURN NULL;
 END $$;
 
 -- public: waits for the exclusive session lock of p_key (bound the wait with SET lock_timeout /
--- statement_timeout), then issues its token. While a lease holds the name it polls (at most 50 ms
--- between tries), since a lease is not a lock PostgreSQL can queue on. A session lock outlives the
--- statement's error: when the wait's bound (or any error) ends the call after PostgreSQL granted the
--- lock, the lock is given back before the error goes on, so a caller told "failed" holds nothing
--- (unless its session held the key already: then the count it had is left as it was).
+-- statement_timeout), then issues its token. While a lease holds the name it keeps the name's lock
+-- and polls the lease (at most 50 ms between looks): a lease is not a lock PostgreSQL can queue on.
 CREATE OR REPLACE FUNCTION pgfence.lock_fenced(p_key bigint) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
-  left_ms float8;
-  held_before constant boolean := pgfence.holds_session_lock(p_key);
+  left_s float8;
 BEGIN
   IF p_key IS NULL THEN
     PERFORM pgfence.null_argument('key');
   END IF;
-  LOOP
-    BEGIN
-      PERFORM pg_advisory_lock(p_key);
-      IF pgfence.admit_session_lock(p_key, false, true) = 1 THEN
-        RETURN pgfence.next_token(p_key);
-      END IF;
-    EXCEPTION WHEN OTHERS OR query_canceled THEN
-      -- Granted, then cancelled (statement_timeout, lock_timeout on the token's row) or failed.
-      IF NOT held_before AND pgfence.holds_session_lock(p_key) THEN
-        PERFORM pg_advisory_unlock(p_key);
-      END IF;
-      RAISE;
-    END;
-    SELECT extract(epoch FROM l.expires_at - clock_timestamp()) INTO left_ms FROM pgfence.leases l WHERE l.key = p_key;
-    PERFORM pg_sleep(least(0.05, greatest(0.001, coalesce(left_ms, 0.05))));
+  PERFORM pg_advisory_xact_lock(p_key);
+  WHILE pgfence.lease_holds(p_key) LOOP
+    SELECT extract(epoch FROM pgfence.lease_live_until(l) - clock_timestamp()) INTO left_s FROM pgfence.leases l WHERE l.key = p_key;
+    PERFORM pg_sleep(least(0.05, greatest(0.001, coalesce(left_s, 0.05))));
   END LOOP;
+  RETURN pgfence.next_session_lock_token(p_key);
 END $$;
 
--- internal: whether this session holds the exclusive session lock of p_key.
-CREATE OR REPLACE FUNCTION pgfence.holds_session_lock(p_key bigint) RETURNS boolean
-LANGUAGE sql VOLATILE AS $$
-  SELECT EXISTS (SELECT FROM pg_locks
-                  WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND mode = 'ExclusiveLock'
-                    AND pid = pg_backend_pid() AND ((classid::int8 << 32) | objid::int8) = p_key)
-$$;
+DROP FUNCTION IF EXISTS pgfence.holds_session_lock(bigint);
 
 -- public: releases the session lock of p_key taken by (try_)lock_fenced, waking waiters of other
 -- sessions (Node lockers) as the Node API's unlock does. false when this session did not hold it.
@@ -301,7 +287,9 @@ BEGIN
   IF p_key IS NULL THEN
     PERFORM pgfence.null_argument('key');
   END IF;
-  IF NOT pg_advisory_unlock(p_key) THEN
+  -- A lock this transaction took is a transaction lock until COMMIT: unlocking it cancels its
+  -- conversion (it ends with the transaction).
+  IF NOT (pgfence.cancel_session_lock_at_commit(p_key) OR pg_advisory_unlock(p_key)) THEN
     RETURN false;
   END IF;
   -- No synchronous_commit change here (the Node API's own unlock makes one): this may run inside the
@@ -319,7 +307,7 @@ BEGIN
     PERFORM pgfence.null_argument('key');
   END IF;
   PERFORM pg_advisory_xact_lock(p_key);
-  RETURN pgfence.next_token(p_key);
+  RETURN pgfence.next_xact_lock_token(p_key);
 END $$;
 
 -- public: one try at the exclusive transaction lock of p_key; its token, or NULL when busy.
@@ -330,7 +318,7 @@ BEGIN
     PERFORM pgfence.null_argument('key');
   END IF;
   IF pg_try_advisory_xact_lock(p_key) THEN
-    RETURN pgfence.next_token(p_key);
+    RETURN pgfence.next_xact_lock_token(p_key);
   END IF;
   RETURN NULL;
 END $$;

@@ -131,7 +131,7 @@ export class LockBudget {
 /** The guard's sampler: the server's advisory locks, read on one of the locker's live pinned sessions. */
 export function serverLockSampler(sessions: () => SessionPool): () => Promise<{ locks: number; holders: number }> | null {
   return () => {
-    const live = sessions().live();
+    const live = sessions().sessions();
     if (live.length === 0) return null;
     const own = live.flatMap((s) => (s.processId === null ? [] : [s.processId]));
     return live[0]!.statement<{ locks: number; holders: number }>(serverAdvisoryLocksSql, [own]).then((rows) => rows[0]!);

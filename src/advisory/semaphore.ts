@@ -150,6 +150,7 @@ export class SemaphoreManager {
       this.lostOnRelease(handle, err);
       return false;
     } finally {
+      this.sessions.noteHolds(handle.session.id, -1);
       this.lines.wake(handle.baseKey);
     }
   }
@@ -162,6 +163,7 @@ export class SemaphoreManager {
 
   private lose(handle: PermitHandle, cause: Error): void {
     if (!this.holding.delete(handle)) return;
+    this.sessions.noteHolds(handle.session.id, -1);
     const err = new LockLostError(handle.name, handle.key, 'session-lost', { cause });
     if (!handle.markLost(err)) return;
     this.observer.lost(handle, handle.holdMs, 'session-lost', err);
@@ -189,6 +191,7 @@ export class SemaphoreManager {
     if (rows.length === 0) return { busy: true };
     const handle = new PermitHandle(this, request, BigInt(rows[0]!.slot), session);
     this.holding.add(handle);
+    this.sessions.noteHolds(session.id, 1);
     return { granted: handle };
   }
 

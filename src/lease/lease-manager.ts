@@ -2,10 +2,9 @@ import type pg from 'pg';
 import { BaseHandle, type LockHandle, LockLostError, type LockLostReason, LockUnavailableError, PgfenceError, schemaMissingError, setLongTimeout } from '../core/index.js';
 import type { LockTarget } from '../keys.js';
 import type { Observer } from '../observe/index.js';
-import type { ConnectionSource, ReleaseListener, Session, SessionPool } from '../session/index.js';
+import { type ReleaseListener, type Session, SessionLostError, type SessionPool, type ShortStatements } from '../session/index.js';
 import { type Attempt, closedError, WaitLines } from '../wait/index.js';
 import { leaseStatements } from './lease-sql.js';
-import { runStatement } from './lease-statements.js';
 
 export interface LeaseRequest {
   target: LockTarget;
@@ -80,10 +79,16 @@ export class LeaseManager {
   closed = false;
 
   constructor(
-    private readonly source: ConnectionSource,
+    /** Where lease statements go: the locker's home session (or the pool behind a transaction pooler). */
+    private readonly statements: ShortStatements,
     sessions: SessionPool,
     listener: ReleaseListener,
     readonly observer: Observer,
+    /**
+     * This locker holds (or is taking) a session lock of the key: its lease statements may run on the very
+     * backend that holds it, where PostgreSQL sees no conflict (a backend's own locks never conflict).
+     */
+    private readonly sessionLockHere: (key: bigint) => boolean,
   ) {
     this.lines = new WaitLines('lease', sessions, listener, observer, (request) => this.attempt(request));
     this.permitLines = new WaitLines('semaphore', sessions, listener, observer, (request) => this.attemptPermit(request));
@@ -130,7 +135,7 @@ export class LeaseManager {
 
   /** @internal */ renew(handle: LeaseHandleImpl): Promise<'renewed' | LockLostReason | 'unavailable'> {
     const sentAt = performance.now();
-    return runStatement<{ expires_at: Date | null; current_token: string | null }>(this.source.pool, leaseStatements.renew, [handle.key, handle.token, handle.ttlMs])
+    return this.statements.run<{ expires_at: Date | null; current_token: string | null }>(leaseStatements.renew, [handle.key, handle.token, handle.ttlMs])
       .then(
         (rows) => {
           const row = rows[0]!;
@@ -156,7 +161,7 @@ export class LeaseManager {
 
   private async giveBack(handle: LeaseHandleImpl): Promise<boolean> {
     try {
-      const rows = await runStatement<{ released: boolean }>(this.source.pool, leaseStatements.release, [handle.key, handle.token, handle.minHoldMs]);
+      const rows = await this.statements.run<{ released: boolean }>(leaseStatements.release, [handle.key, handle.token, handle.minHoldMs]);
       if (!rows[0]!.released) this.lostOnRelease(handle, new Error('the lease was no longer this holder’s'));
       return rows[0]!.released;
     } catch (err) {
@@ -187,10 +192,12 @@ export class LeaseManager {
 
   private async attempt(request: LeaseRequest): Promise<Attempt<LeaseHandleImpl>> {
     const { target, owner, ttlMs, data } = request;
+    // Busy, as it is: the name is one lock whatever its kind (looked at again at its poll).
+    if (this.sessionLockHere(target.key)) return { busy: true };
     const sentAt = performance.now();
-    const row = (
-      await this.statement<AcquireRow>(leaseStatements.acquire, [target.key, target.name, owner, ttlMs, data === undefined ? null : JSON.stringify(data)])
-    )[0]!;
+    const rows = await this.statement<AcquireRow>(leaseStatements.acquire, [target.key, target.name, owner, ttlMs, data === undefined ? null : JSON.stringify(data)]);
+    if (!rows) return { retry: true };
+    const row = rows[0]!;
     if (!row.granted) return { busy: true, retryInMs: row.remaining_ms === null ? undefined : row.remaining_ms + 1 };
     const handle = new LeaseHandleImpl(this, request, BigInt(row.token), row.expires_at, sentAt);
     this.holding.add(handle);
@@ -201,9 +208,9 @@ export class LeaseManager {
     const sentAt = performance.now();
     // Start at a random slot, so concurrent callers do not all fight over slot 0.
     const first = Math.floor(Math.random() * request.slots.length);
-    const row = (
-      await this.statement<PermitRow>(leaseStatements.permit, [request.slots, request.target.name ?? `key ${request.target.key}`, request.owner, request.ttlMs, first])
-    )[0]!;
+    const rows = await this.statement<PermitRow>(leaseStatements.permit, [request.slots, request.target.name ?? `key ${request.target.key}`, request.owner, request.ttlMs, first]);
+    if (!rows) return { retry: true };
+    const row = rows[0]!;
     // Busy: look again when the soonest permit expires (a release by another process is found by the poll).
     if (!row.granted) return { busy: true, retryInMs: row.remaining_ms === null ? undefined : row.remaining_ms + 1 };
     const handle = new LeaseHandleImpl(this, request, BigInt(row.token!), row.expires_at!, sentAt, { kind: 'semaphore', key: BigInt(row.slot!), lineKey: request.baseKey });
@@ -211,11 +218,15 @@ export class LeaseManager {
     return { granted: handle };
   }
 
-  /** Runs a lease statement; a failure is typed (schema missing, lock table full, else unavailable). */
-  private async statement<R extends pg.QueryResultRow>(statement: Parameters<typeof runStatement>[1], values: unknown[]): Promise<R[]> {
+  /**
+   * Runs a lease statement: its rows, or null when the session died under it (look again on its replacement).
+   * A failure is typed (schema missing, lock table full, else unavailable).
+   */
+  private async statement<R extends pg.QueryResultRow>(statement: { name: string; text: string }, values: unknown[]): Promise<R[] | null> {
     try {
-      return await runStatement<R>(this.source.pool, statement, values);
+      return await this.statements.run<R>(statement, values);
     } catch (err) {
+      if (err instanceof SessionLostError && err.connected && !this.closed) return null;
       throw (
         schemaMissingError(err) ??
         (err instanceof PgfenceError ? err : new LockUnavailableError(`a lease statement failed: ${(err as Error)?.message}`, { cause: err }))

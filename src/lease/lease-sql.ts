@@ -48,7 +48,7 @@ FROM (SELECT 1) AS one LEFT JOIN released AS r ON true`;
 export const acquirePermitSql = `SELECT granted, slot::text AS slot, token::text AS token, acquired_at, expires_at, remaining_ms::int8::float8 AS remaining_ms
 FROM pgfence.permit_acquire($1::int8[], $2::text, $3::text, $4::int8, $5::int4)`;
 
-/** The lease statements with their names: prepared once per direct connection (see lease-statements.ts). */
+/** The lease statements with their names: prepared once per session or direct connection (see session/short-statements.ts). */
 export const leaseStatements = {
   acquire: { name: 'pgfence_lease_acquire', text: acquireLeaseSql },
   renew: { name: 'pgfence_lease_renew', text: renewLeaseSql },

@@ -14,7 +14,7 @@ import { compareThroughput } from '../timing.js';
 export async function pooled(ctx: BenchContext): Promise<void> {
   const poolerUrl = process.env.PGFENCE_BENCH_POOLER_URL;
   if (!poolerUrl) {
-    ctx.note('11. skipped: set PGFENCE_BENCH_POOLER_URL to a transaction pooler in front of the bench database');
+    ctx.note('12. skipped: set PGFENCE_BENCH_POOLER_URL to a transaction pooler in front of the bench database');
     return;
   }
   const through = (label: string) => withApplicationName(poolerUrl, `${ctx.runId}_${label}`);
@@ -37,21 +37,21 @@ export async function pooled(ctx: BenchContext): Promise<void> {
     }
     return samples;
   };
-  const viaPooler = await handoff(through, 'm11p');
-  const direct = await handoff((l) => ctx.urlFor(l), 'm11d');
-  timeRow(ctx, '11. lease hand-off to another locker, p50: pooler (poll) vs direct (LISTEN)', spread([percentile(viaPooler, 50)]), spread([percentile(direct, 50)]), spread([percentile(viaPooler, 50) / percentile(direct, 50)]));
-  ctx.note(`11. lease hand-off ms through the pooler: p50 ${fmt.ms(percentile(viaPooler, 50))}, p95 ${fmt.ms(percentile(viaPooler, 95))}, max ${fmt.ms(Math.max(...viaPooler))}; direct p50 ${fmt.ms(percentile(direct, 50))}, p95 ${fmt.ms(percentile(direct, 95))}`);
+  const viaPooler = await handoff(through, 'm12p');
+  const direct = await handoff((l) => ctx.urlFor(l), 'm12d');
+  timeRow(ctx, '12. lease hand-off to another locker, p50: pooler (poll) vs direct (LISTEN)', spread([percentile(viaPooler, 50)]), spread([percentile(direct, 50)]), spread([percentile(viaPooler, 50) / percentile(direct, 50)]));
+  ctx.note(`12. lease hand-off ms through the pooler: p50 ${fmt.ms(percentile(viaPooler, 50))}, p95 ${fmt.ms(percentile(viaPooler, 95))}, max ${fmt.ms(Math.max(...viaPooler))}; direct p50 ${fmt.ms(percentile(direct, 50))}, p95 ${fmt.ms(percentile(direct, 95))}`);
 
   // Uncontended lease cycles, one worker: through the pooler vs direct.
-  const [p, d] = [ctx.locker('m11c', {}, through('m11c')), ctx.locker('m11e')];
+  const [p, d] = [ctx.locker('m12c', {}, through('m12c')), ctx.locker('m12e')];
   const r = await compareThroughput(ctx.cfg, [
     { label: 'pooler', workers: 1, cycle: async () => (await p.lease(ctx.name('pooled-cycle'), { ttlMs: 10_000, renew: false })).release() },
     { label: 'direct', workers: 1, cycle: async () => (await d.lease(ctx.name('direct-cycle'), { ttlMs: 10_000, renew: false })).release() },
   ]);
-  rateRow(ctx, '11. lease acquire+release: through the pooler vs direct', r.medians[0]!, r.medians[1]!, pairedRatios(r.rates[0]!, r.rates[1]!));
+  rateRow(ctx, '12. lease acquire+release: through the pooler vs direct', r.medians[0]!, r.medians[1]!, pairedRatios(r.rates[0]!, r.rates[1]!));
 
   // A fleet: many lockers, lease cycles on 20 names, through the pooler (the fleet test's shape, one process).
-  const lockers = Array.from({ length: ctx.cfg.quick ? 30 : 100 }, (_, i) => ctx.locker(`m11f${i}`, {}, through(`m11f${i}`)));
+  const lockers = Array.from({ length: ctx.cfg.quick ? 30 : 100 }, (_, i) => ctx.locker(`m12f${i}`, {}, through(`m12f${i}`)));
   const rounds = ctx.cfg.quick ? 2 : 5;
   const started = performance.now();
   let cycles = 0;
@@ -64,5 +64,5 @@ export async function pooled(ctx: BenchContext): Promise<void> {
     }),
   );
   const seconds = (performance.now() - started) / 1000;
-  ctx.row({ measurement: `11. fleet: ${lockers.length} lockers, lease cycles on 20 names through the pooler`, pgfence: fmt.rate(cycles / seconds) });
+  ctx.row({ measurement: `12. fleet: ${lockers.length} lockers, lease cycles on 20 names through the pooler`, pgfence: fmt.rate(cycles / seconds) });
 }

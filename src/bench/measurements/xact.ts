@@ -35,6 +35,6 @@ export async function xact(ctx: BenchContext): Promise<void> {
       },
     },
   ]);
-  rateRow(ctx, '6. xactLock on a free key (BEGIN, lock, COMMIT)', r.medians[0]!, r.medians[1]!, r.firstOver[0]!, atLeast(0.95));
+  rateRow(ctx, '6. xactLock on a free key (BEGIN, lock, COMMIT)', r.medians[0]!, r.medians[1]!, r.firstOver[0]!, atLeast(0.95), { pgfence: r.cpu[0]!, baseline: r.cpu[1]! });
   ctx.note(`6. transactions/s per round: xactLock ${fmt.list(r.rates[0]!)}; bare pg_advisory_xact_lock ${fmt.list(r.rates[1]!)}`);
 }
