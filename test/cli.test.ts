@@ -632,6 +632,17 @@ describe('pgfence bench', () => {
     ...['try_lock_fenced\\+unlock vs pg_try_advisory_lock\\+unlock', 'try_lease\\+release_lease vs pg_try_advisory_lock\\+unlock', 'try_lock_fenced\\+unlock vs one durable commit', 'try_lease\\+release_lease vs one durable commit'].map(
       (r) => new RegExp(`^10\\. SQL ${r}\\s+[\\d,]+/s\\s+[\\d,]+/s\\s+[\\d.]+x`, 'm'),
     ),
+    // The footprint: pgfence's connections, then the plain pool's, in each state.
+    ...[
+      'after createLocker / new Pool\\s+0\\s+0',
+      'after one uncontended acquire\\+release\\s+1\\s+1',
+      'waiting for a busy lock\\s+2\\s+1',
+      'after the wait \\(within two keepalive periods\\)\\s+1\\s+1',
+      'holding one lease\\s+1\\s+1',
+      'holding a lock, a lease, a permit and leadership\\s+1\\s+2',
+      'a leader candidate waiting behind another leader\\s+1\\s+2',
+      'after everything was released \\(idle 500 ms\\)\\s+0\\s+0',
+    ].map((r) => new RegExp(`^11\\. connections: ${r}`, 'm')),
   ];
 
   it('--quick runs every measurement, prints each row once, and closes everything', async () => {

@@ -33,8 +33,9 @@ describe.skipIf(skipped)('a direct fleet on a small server', () => {
     try {
       const held = await Promise.all(
         lockers.map(async (locker, i): Promise<[LockHandle, LeaseHandle]> => [
-          await locker.acquire(`fleet:lock:${i}`, { fencing: true }),
-          await locker.lease(`fleet:lease:${i}`, { ttlMs: 60_000 }),
+          // Generous waits: 60 lockers connecting at once to a small server on a loaded machine may be slow.
+          await locker.acquire(`fleet:lock:${i}`, { fencing: true, timeoutMs: 60_000 }),
+          await locker.lease(`fleet:lease:${i}`, { ttlMs: 60_000, timeoutMs: 60_000 }),
         ]),
       );
       const { rows } = await admin.query<{ n: number; max: number }>(
@@ -63,5 +64,5 @@ describe.skipIf(skipped)('a direct fleet on a small server', () => {
       await Promise.all(lockers.map((l) => l.close()));
       await admin.end();
     }
-  }, 120_000);
+  }, 180_000);
 });

@@ -122,9 +122,11 @@ describe('closing what is no longer needed', () => {
     expect(await other.tryAcquire('fp:promote')).toBeNull(); // still held, on the one backend left
     // That backend is home now: a lease and a second contended wait work as before.
     const lease = await locker.lease('fp:promote-lease', { ttlMs: 30_000 });
+    expect(await settled(app, 1, 20 * keepaliveMs)).toBe(1); // the lease went on it too
     const busy2 = await other.acquire('fp:promote-2');
     const waiting2 = locker.acquire('fp:promote-2', { timeoutMs: 60_000 });
-    await eventually(() => locker.stats().waiting === 1, 15_000, 'the second wait');
+    // It blocks in PostgreSQL's queue on a new waiter session: the session holding the first lock is home now, not the waiter.
+    await blockedIn(app);
     await busy2.release();
     const held2 = await waiting2;
     expect(await held.release()).toBe(true);

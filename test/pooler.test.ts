@@ -161,6 +161,15 @@ describe.skipIf(skipped)('behind PgBouncer', () => {
     expect(await counter(2)).toBe(2 * WORKERS);
   }, 90_000);
 
+  it('with directConnectionString, a lease pins nothing: it goes through the pooler, not on a direct session', async () => {
+    const app = appName('direct-lease');
+    const locker = track(createLocker({ connectionString: tx.url(db.url), directConnectionString: db.urlWith({ application_name: app }) }));
+    const lease = await locker.lease('pool:direct-lease', { ttlMs: 30_000 });
+    const { rows } = await pooled(db.url, 1).query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1`, [app]);
+    expect(rows[0].n).toBe(0);
+    expect(await lease.release()).toBe(true);
+  });
+
   it('with directConnectionString, session locks work (pinned sessions direct, the rest through the pooler)', async () => {
     const app = appName('direct');
     const lockers = [0, 1].map(() =>

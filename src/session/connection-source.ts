@@ -24,7 +24,7 @@ export class ConnectionSource {
   private readonly connectTimeoutMs: number;
   /** Where pinned connections come from: `pool`, or a pool of directConnectionString's (past a pooler). */
   private readonly pinPool: pg.Pool;
-  private readonly pinVia: 'connectionString' | 'directConnectionString';
+  readonly pinVia: 'connectionString' | 'directConnectionString';
   /** What the first pinned connection showed; null until then. */
   pinning: Pinning | null = null;
   /** Set when pinned connections go through a transaction pooler: every pin is refused with it. */

@@ -44,8 +44,8 @@ const tokenOf = (row: OpRow) => (row.token == null ? null : BigInt(row.token));
 /** An operation code of the session's statement set (OpStatements): the session does not know what it means. */
 type OpCode = number;
 
-export const probeSql = { name: 'pgfence_probe', text: 'SELECT 1' };
-
+/** Sent as a simple query (no Parse, ever): a probe may fall among any statements, and costs them nothing to count. */
+export const probeSql = { text: 'SELECT 1' };
 export type { StatementText } from './statement-query.js';
 
 /** The code of a statement taken back before it was sent (Session.statement's `withdraw`). */
@@ -287,8 +287,8 @@ export class Session {
   }
 
   /** The statement for lock operations, in this session's flavour. */
-  private opsQuery(ops: LockOp[]): { name: string; text: string; values: unknown[] } {
-    if (ops.length === 0) return { ...probeSql, values: [] };
+  private opsQuery(ops: LockOp[]): { name?: string; text: string; values?: unknown[] } {
+    if (ops.length === 0) return probeSql;
     const sql = this.guarded ? this.opts.statements.guarded : this.opts.statements.plain;
     const lone = ops.length === 1 ? ops[0]! : undefined;
     const single = lone && (lone.fenced ? sql.fencedSingle[lone.code] : sql.single[lone.code]);

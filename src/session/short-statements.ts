@@ -11,8 +11,8 @@ interface NamedStatement {
 
 /**
  * Statements that hold nothing on their connection (lease statements, the name registry, inspect): on
- * the locker's home session, so that they need no connection of their own, or through the pool when
- * pinned sessions are refused (a transaction pooler). Each goes in order with the lock operations on
+ * the locker's home session, so that they need no connection of their own, or through the pool behind
+ * a transaction pooler (pinned sessions refused, or pinned through directConnectionString). Each goes in order with the lock operations on
  * home, as a statement of its own (named ones prepared once per session).
  */
 export class ShortStatements implements Pick<SqlExecutor, 'query'> {
@@ -22,16 +22,21 @@ export class ShortStatements implements Pick<SqlExecutor, 'query'> {
   ) {}
 
   run<R extends pg.QueryResultRow>(statement: NamedStatement | string, values: unknown[]): Promise<R[]> {
-    if (this.source.refusal) return this.viaPool<R>(statement, values);
+    // Behind a pooler (refused, or a directConnectionString for the pinned sessions): the pooler serves them, pinning nothing.
+    if (this.source.refusal || this.source.pinVia === 'directConnectionString') return this.viaPool<R>(statement, values);
     let home;
     try {
       home = this.sessions.home();
     } catch (err) {
       return Promise.reject(err);
     }
-    return home.statement<R>(statement, values).catch((err: unknown) => {
+    // Prepared only where one connection is one backend for sure; behind a pooler (even one that looked like a session
+    // pool) unnamed, which a lone statement in its own transaction needs nothing more than.
+    const text = typeof statement === 'string' ? statement : () => (this.source.pinning === 'direct' ? statement : statement.text);
+    return home.statement<R>(text, values).catch((err: unknown) => {
       // The first connection found a transaction pooler: this statement (and every later one) goes through the pool.
-      if (this.source.refusal) return this.viaPool<R>(statement, values);
+      // Behind a pooler (refused, or a directConnectionString for the pinned sessions): the pooler serves them, pinning nothing.
+    if (this.source.refusal || this.source.pinVia === 'directConnectionString') return this.viaPool<R>(statement, values);
       throw err;
     });
   }

@@ -323,7 +323,6 @@ SELECT set_config('default_transaction_isolation', 'read committed', false) AS i
             WHERE n.nspname = 'pgfence' LIMIT 1), false) AS guarded;
 
 -- session keepalive probe
--- prepared as pgfence_probe
 SELECT 1;
 
 -- waiter session, ahead of its first wait (guarded; unguarded: the probe)

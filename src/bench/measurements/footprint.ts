@@ -29,10 +29,17 @@ export async function footprint(ctx: BenchContext): Promise<void> {
     }
     return n;
   };
-  const blocked = async (label: string) => {
-    const app = `${ctx.runId}_${label}`;
+  /** Polls `check` until it holds; a state that never comes crashes the measurement (never a hang). */
+  const until = async (check: () => boolean | Promise<boolean>, what: string) => {
+    const end = performance.now() + 15_000;
+    while (!(await check())) {
+      if (performance.now() > end) throw new Error(`11: ${what} did not happen within 15 s`);
+      await sleep(5);
+    }
+  };
+  const blocked = (label: string) => {
     const sql = `SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock' AND wait_event = 'advisory'`;
-    while ((await admin.query(sql, [app])).rowCount === 0) await sleep(5);
+    return until(async () => ((await admin.query(sql, [`${ctx.runId}_${label}`])).rowCount ?? 0) > 0, 'a wait blocked in PostgreSQL');
   };
   const mine: number[] = [];
   const plain: number[] = [];
@@ -60,7 +67,7 @@ export async function footprint(ctx: BenchContext): Promise<void> {
   const leading = other.leader(ctx.name('fp', 'other-leader'), { ttlMs: 30_000 });
   await leading.whenElected();
   const candidate = locker.leader(ctx.name('fp', 'other-leader'), { ttlMs: 30_000 });
-  while (locker.stats().waiting === 0) await sleep(5);
+  await until(() => locker.stats().waiting > 0, 'the candidate to wait');
   mine.push(await settled(p, 1));
   await candidate.resign();
   await leading.resign();
