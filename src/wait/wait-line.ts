@@ -55,8 +55,13 @@ export class WaitLine<R extends LineRequest, H> {
   private attemptFor: Waiter<R, H> | null = null;
   /** Cancels the blocking wait in flight. */
   private blockCancel: AbortController | null = null;
-  /** drained() calls waiting for the key to go quiet. */
-  private onQuiet: (() => void)[] = [];
+  /** drained() calls waiting for the key to go quiet (null: none; most lines never have one). */
+  private onQuiet: (() => void)[] | null = null;
+  /** Ends an operation begun by `beginOperation()` (bound once: every release and bulk try uses it). */
+  readonly endOperation = (): void => {
+    this.busy = false;
+    this.drive();
+  };
 
   constructor(
     readonly key: bigint,
@@ -141,7 +146,7 @@ export class WaitLine<R extends LineRequest, H> {
 
   /** Resolves once nothing is in flight for the key (a late grant handed back) and its marker is withdrawn. */
   async drained(): Promise<void> {
-    while (this.busy || this.markerSession) await new Promise<void>((resolve) => this.onQuiet.push(resolve));
+    while (this.busy || this.markerSession) await new Promise<void>((resolve) => (this.onQuiet ??= []).push(resolve));
   }
 
   private drive(): void {
@@ -152,9 +157,9 @@ export class WaitLine<R extends LineRequest, H> {
   private serve(): void {
     if (this.busy) return;
     // 1. The key's own chores first (a session lock no local holder keeps goes back).
-    const chore = this.strategy.chore?.();
-    // Never rejects (an unlock reports to the release() calls waiting on it): the catch only keeps the line going.
-    if (chore) return this.occupy(chore.catch(() => {}));
+    this.busy = true;
+    if (this.strategy.chore?.(this.endOperation)) return;
+    this.busy = false;
     const head = this.queue[0];
     if (head) {
       // 2. Local holders: share with them, or wait for them to let go.
@@ -172,7 +177,8 @@ export class WaitLine<R extends LineRequest, H> {
     const marker = this.markerSession;
     if (marker) {
       this.markerSession = null;
-      return this.occupy(new Promise<void>((done) => marker.submit(MarkerOp.unregister, this.key, () => done(), () => done())));
+      this.beginOperation();
+      return marker.submit(MarkerOp.unregister, this.key, this.endOperation, this.endOperation);
     }
     this.clearPoll();
     this.strategy.idle();
@@ -183,13 +189,18 @@ export class WaitLine<R extends LineRequest, H> {
     return !this.busy && this.queue.length === 0 && this.markerSession === null;
   }
 
-  /** Runs an operation for the key (also one of the owner's own, such as a bulk try), then serves the line again. */
+  /** Runs an operation for the key (also one of the owner's own), then serves the line again. */
   occupy(work: Promise<unknown>): void {
+    this.beginOperation();
+    void work.then(this.endOperation);
+  }
+
+  /**
+   * Begins an operation for the key that ends with `endOperation()` (called once, never synchronously): what a
+   * bulk try of thousands of keys uses instead of a promise per key. The line waits for it meanwhile.
+   */
+  beginOperation(): void {
     this.busy = true;
-    void work.then(() => {
-      this.busy = false;
-      this.drive();
-    });
   }
 
   private canShareNow(request: R): boolean {
@@ -393,7 +404,8 @@ export class WaitLine<R extends LineRequest, H> {
 
   private notifyQuiet(): void {
     const waiting = this.onQuiet;
-    this.onQuiet = [];
+    if (waiting === null) return;
+    this.onQuiet = null;
     for (const resolve of waiting) resolve();
   }
 }
