@@ -66,27 +66,37 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
 
   // ---- the line's strategy ----
 
-  async attempt(request: AcquireRequest, phase: AttemptPhase): Promise<Attempt<AdvisoryLockHandle>> {
+  attempt(request: AcquireRequest, phase: AttemptPhase): Promise<Attempt<AdvisoryLockHandle>> {
     let session: Session;
     try {
       // A key waits and is tried where its marker is, so that its own marker never stands in its way.
       session = phase.markerSession ?? this.ctx.sessions.lockSessionFor(this.key, request.bulk === true);
     } catch (err) {
-      throw new LockerClosedError('the locker is closed', { cause: err });
+      return Promise.reject(new LockerClosedError('the locker is closed', { cause: err }));
     }
     this.attemptSession = session;
     const code = this.tryCode(request.mode === 'shared', phase, session);
-    let result: number;
-    let token: bigint | null = null;
-    try {
-      if (request.fencing) ({ result, token } = await session.runFenced(code, this.key));
-      else result = await session.run(code, this.key);
-    } catch (e) {
-      const err = e as Error;
-      // The session died under the attempt: try again on its replacement.
-      if (err instanceof SessionLostError && err.connected && !this.ctx.closed) return { retry: true };
-      throw err instanceof PgfenceError ? err : new LockUnavailableError(err.message, { cause: err });
-    }
+    // Callbacks rather than an async function awaiting the session: one promise per attempt, not three.
+    return new Promise((resolve, reject) => {
+      const answered = (result: number, token: bigint | null) => {
+        try {
+          resolve(this.tried(request, session, code, result, token));
+        } catch (err) {
+          reject(err);
+        }
+      };
+      const failed = (err: Error) => {
+        // The session died under the attempt: try again on its replacement.
+        if (err instanceof SessionLostError && err.connected && !this.ctx.closed) resolve({ retry: true });
+        else reject(err instanceof PgfenceError ? err : new LockUnavailableError(err.message, { cause: err }));
+      };
+      if (request.fencing) session.runFenced(code, this.key).then(({ result, token }) => answered(result, token), failed);
+      else session.submit(code, this.key, (result) => answered(result, null), failed);
+    });
+  }
+
+  /** What a try on `session` answered: a grant, or what it found busy. */
+  private tried(request: AcquireRequest, session: Session, code: OpCode, result: number, token: bigint | null): Attempt<AdvisoryLockHandle> {
     const outcome = decodeTryResult(code, result);
     const announcedOn = outcome.markerRegistered ? session : undefined;
     if (outcome.granted) return { granted: this.taken(request, session, token), announcedOn };

@@ -1,4 +1,4 @@
-import { setLongTimeout } from '../core/index.js';
+import { MAX_TIMER_MS, setLongTimeout } from '../core/index.js';
 import { MarkerOp, markerRegistered } from './marker-sql.js';
 import type { ReleaseListener, Session, SessionPool } from '../session/index.js';
 import type { Attempt, Busy, LineRequest, WaitStrategy } from './strategy.js';
@@ -26,6 +26,11 @@ interface Waiter<R, H> {
   resolve(handle: H | null): void;
   reject(err: unknown): void;
   cleanup: () => void;
+}
+
+/** A waiter's timeout (setTimeout's arguments carry the line and the waiter). */
+function giveUpOnTimeout<R extends LineRequest, H>(line: WaitLine<R, H>, waiter: Waiter<R, H>): void {
+  line.giveUp(waiter, null);
 }
 
 /** How many requests wait, over several lines. */
@@ -74,9 +79,11 @@ export class WaitLine<R extends LineRequest, H> {
   enqueue(request: R, nullOnTimeout: boolean): Promise<H | null> {
     if (request.signal?.aborted) return Promise.reject(request.signal.reason);
     return new Promise<H | null>((resolve, reject) => {
-      const cancelTimer = request.timeoutMs > 0 ? setLongTimeout(() => this.giveUp(waiter, null), request.timeoutMs) : () => {};
-      const onAbort = () => this.giveUp(waiter, request.signal!.reason);
-      request.signal?.addEventListener('abort', onAbort, { once: true });
+      // The usual timeout (under ~24.8 days) is one plain timer, given the waiter: no closures per acquire.
+      const { timeoutMs, signal } = request;
+      let timer: NodeJS.Timeout | null = null;
+      let cancelLongTimer: (() => void) | null = null;
+      const onAbort = signal ? () => this.giveUp(waiter, signal.reason) : null;
       const waiter: Waiter<R, H> = {
         request,
         startedAt: performance.now(),
@@ -89,10 +96,14 @@ export class WaitLine<R extends LineRequest, H> {
         resolve: (h) => (nullOnTimeout || h ? resolve(h) : reject(this.strategy.timeoutError(request))),
         reject,
         cleanup: () => {
-          cancelTimer();
-          request.signal?.removeEventListener('abort', onAbort);
+          if (timer) clearTimeout(timer);
+          cancelLongTimer?.();
+          if (onAbort) signal!.removeEventListener('abort', onAbort);
         },
       };
+      if (timeoutMs > MAX_TIMER_MS) cancelLongTimer = setLongTimeout(() => this.giveUp(waiter, null), timeoutMs);
+      else if (timeoutMs > 0) timer = setTimeout(giveUpOnTimeout, timeoutMs, this, waiter);
+      if (onAbort) signal!.addEventListener('abort', onAbort, { once: true });
       this.queue.push(waiter);
       this.count.n++;
       // Busy here already (others wait, or local holders hold it): a single try fails at once.
@@ -349,7 +360,7 @@ export class WaitLine<R extends LineRequest, H> {
   }
 
   /** Timeout or abort: the waiter leaves the line; what its attempt in flight brings is handed back first. */
-  private giveUp(waiter: Waiter<R, H>, abortReason: unknown): void {
+  giveUp(waiter: Waiter<R, H>, abortReason: unknown): void {
     if (waiter.settled || waiter.leaving) return;
     const answer = abortReason !== null ? () => waiter.reject(abortReason) : this.timedOut(waiter);
     if (this.attemptFor !== waiter) {
