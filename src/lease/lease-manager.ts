@@ -1,10 +1,10 @@
+import type pg from 'pg';
 import { BaseHandle, type LockHandle, LockLostError, type LockLostReason, LockUnavailableError, PgfenceError, schemaMissingError, setLongTimeout } from '../core/index.js';
 import type { LockTarget } from '../keys.js';
 import type { Observer } from '../observe/index.js';
-import type { ConnectionSource, ReleaseListener, Session, SessionPool } from '../session/index.js';
+import { type ReleaseListener, type Session, SessionLostError, type SessionPool, type ShortStatements } from '../session/index.js';
 import { type Attempt, closedError, WaitLines } from '../wait/index.js';
 import { leaseStatements } from './lease-sql.js';
-import { runStatement } from './lease-statements.js';
 
 export interface LeaseRequest {
   target: LockTarget;
@@ -16,6 +16,13 @@ export interface LeaseRequest {
   data: unknown;
   /** Release keeps the lease until acquired_at + minHoldMs (database clock); 0 = none. */
   minHoldMs: number;
+}
+
+/** A lease-backed permit: a lease on the first free of `slots` (see sql/permits.sql). */
+export interface PermitLeaseRequest extends LeaseRequest {
+  /** The semaphore's base key: its waiters line up there. */
+  baseKey: bigint;
+  slots: readonly bigint[];
 }
 
 /** A held lease: a lock handle with an owner, a database-clock expiry and renewal. */
@@ -38,6 +45,14 @@ export interface LeaseHandle<D = unknown> extends LockHandle {
   renew(): Promise<boolean>;
 }
 
+interface PermitRow {
+  granted: boolean;
+  slot: string | null;
+  token: string | null;
+  expires_at: Date | null;
+  remaining_ms: number | null;
+}
+
 interface AcquireRow {
   granted: boolean;
   token: string;
@@ -56,25 +71,34 @@ interface AcquireRow {
  */
 export class LeaseManager {
   private readonly lines: WaitLines<LeaseRequest, LeaseHandleImpl>;
+  /** Lease-backed permits wait by their semaphore's base key. */
+  private readonly permitLines: WaitLines<PermitLeaseRequest, LeaseHandleImpl>;
   private readonly holding = new Set<LeaseHandleImpl>();
   /** Releases under way (giveBack never rejects): close() waits for them. */
   private readonly releasing = new Set<Promise<boolean>>();
   closed = false;
 
   constructor(
-    private readonly source: ConnectionSource,
+    /** Where lease statements go: the locker's home session (or the pool behind a transaction pooler). */
+    private readonly statements: ShortStatements,
     sessions: SessionPool,
     listener: ReleaseListener,
     readonly observer: Observer,
+    /**
+     * This locker holds (or is taking) a session lock of the key: its lease statements may run on the very
+     * backend that holds it, where PostgreSQL sees no conflict (a backend's own locks never conflict).
+     */
+    private readonly sessionLockHere: (key: bigint) => boolean,
   ) {
     this.lines = new WaitLines('lease', sessions, listener, observer, (request) => this.attempt(request));
+    this.permitLines = new WaitLines('semaphore', sessions, listener, observer, (request) => this.attemptPermit(request));
   }
 
   get held(): number {
     return this.holding.size;
   }
   get waiting(): number {
-    return this.lines.waiting;
+    return this.lines.waiting + this.permitLines.waiting;
   }
 
   acquire(request: LeaseRequest, nullOnTimeout: boolean): Promise<LeaseHandleImpl | null> {
@@ -82,19 +106,27 @@ export class LeaseManager {
     return this.lines.enqueue(request.target.key, request, nullOnTimeout);
   }
 
+  /** A lease-backed permit of the semaphore of `request.baseKey`. */
+  acquirePermit(request: PermitLeaseRequest, nullOnTimeout: boolean): Promise<LeaseHandleImpl | null> {
+    if (this.closed) return Promise.reject(closedError());
+    return this.permitLines.enqueue(request.baseKey, request, nullOnTimeout);
+  }
+
   onRelease(key: bigint): void {
     this.lines.wake(key);
+    this.permitLines.wake(key);
   }
 
   onSessionLost(session: Session): void {
     this.lines.sessionLost(session);
+    this.permitLines.sessionLost(session);
   }
 
   async close(): Promise<void> {
     this.closed = true;
     // Waiters fail; a grant still in flight for one of them is handed back (the line's give-back, nothing else)
     // and their wait announcements withdrawn, before the connections go.
-    await Promise.all([this.lines.close(closedError()), ...[...this.holding].map((h) => h.release())]);
+    await Promise.all([this.lines.close(closedError()), this.permitLines.close(closedError()), ...[...this.holding].map((h) => h.release())]);
     // Releases the caller started before close(): their statements need the pool the locker ends next.
     await Promise.all(this.releasing);
   }
@@ -103,7 +135,7 @@ export class LeaseManager {
 
   /** @internal */ renew(handle: LeaseHandleImpl): Promise<'renewed' | LockLostReason | 'unavailable'> {
     const sentAt = performance.now();
-    return runStatement<{ expires_at: Date | null; current_token: string | null }>(this.source.pool, leaseStatements.renew, [handle.key, handle.token, handle.ttlMs])
+    return this.statements.run<{ expires_at: Date | null; current_token: string | null }>(leaseStatements.renew, [handle.key, handle.token, handle.ttlMs])
       .then(
         (rows) => {
           const row = rows[0]!;
@@ -129,7 +161,7 @@ export class LeaseManager {
 
   private async giveBack(handle: LeaseHandleImpl): Promise<boolean> {
     try {
-      const rows = await runStatement<{ released: boolean }>(this.source.pool, leaseStatements.release, [handle.key, handle.token, handle.minHoldMs]);
+      const rows = await this.statements.run<{ released: boolean }>(leaseStatements.release, [handle.key, handle.token, handle.minHoldMs]);
       if (!rows[0]!.released) this.lostOnRelease(handle, new Error('the lease was no longer this holder’s'));
       return rows[0]!.released;
     } catch (err) {
@@ -137,7 +169,8 @@ export class LeaseManager {
       this.lostOnRelease(handle, err);
       return false;
     } finally {
-      this.lines.wake(handle.key);
+      if (handle.lineKey === handle.key) this.lines.wake(handle.key);
+      else this.permitLines.wake(handle.lineKey);
     }
   }
 
@@ -159,27 +192,46 @@ export class LeaseManager {
 
   private async attempt(request: LeaseRequest): Promise<Attempt<LeaseHandleImpl>> {
     const { target, owner, ttlMs, data } = request;
+    // Busy, as it is: the name is one lock whatever its kind (looked at again at its poll).
+    if (this.sessionLockHere(target.key)) return { busy: true };
     const sentAt = performance.now();
-    let row: AcquireRow;
+    const rows = await this.statement<AcquireRow>(leaseStatements.acquire, [target.key, target.name, owner, ttlMs, data === undefined ? null : JSON.stringify(data)]);
+    if (!rows) return { retry: true };
+    const row = rows[0]!;
+    if (!row.granted) return { busy: true, retryInMs: row.remaining_ms === null ? undefined : row.remaining_ms + 1 };
+    const handle = new LeaseHandleImpl(this, request, BigInt(row.token), row.expires_at, sentAt);
+    this.holding.add(handle);
+    return { granted: handle };
+  }
+
+  private async attemptPermit(request: PermitLeaseRequest): Promise<Attempt<LeaseHandleImpl>> {
+    const sentAt = performance.now();
+    // Start at a random slot, so concurrent callers do not all fight over slot 0.
+    const first = Math.floor(Math.random() * request.slots.length);
+    const rows = await this.statement<PermitRow>(leaseStatements.permit, [request.slots, request.target.name ?? `key ${request.target.key}`, request.owner, request.ttlMs, first]);
+    if (!rows) return { retry: true };
+    const row = rows[0]!;
+    // Busy: look again when the soonest permit expires (a release by another process is found by the poll).
+    if (!row.granted) return { busy: true, retryInMs: row.remaining_ms === null ? undefined : row.remaining_ms + 1 };
+    const handle = new LeaseHandleImpl(this, request, BigInt(row.token!), row.expires_at!, sentAt, { kind: 'semaphore', key: BigInt(row.slot!), lineKey: request.baseKey });
+    this.holding.add(handle);
+    return { granted: handle };
+  }
+
+  /**
+   * Runs a lease statement: its rows, or null when the session died under it (look again on its replacement).
+   * A failure is typed (schema missing, lock table full, else unavailable).
+   */
+  private async statement<R extends pg.QueryResultRow>(statement: { name: string; text: string }, values: unknown[]): Promise<R[] | null> {
     try {
-      const rows = await runStatement<AcquireRow>(this.source.pool, leaseStatements.acquire, [
-        target.key,
-        target.name,
-        owner,
-        ttlMs,
-        data === undefined ? null : JSON.stringify(data),
-      ]);
-      row = rows[0]!;
+      return await this.statements.run<R>(statement, values);
     } catch (err) {
+      if (err instanceof SessionLostError && err.connected && !this.closed) return null;
       throw (
         schemaMissingError(err) ??
         (err instanceof PgfenceError ? err : new LockUnavailableError(`a lease statement failed: ${(err as Error)?.message}`, { cause: err }))
       );
     }
-    if (!row.granted) return { busy: true, retryInMs: row.remaining_ms === null ? undefined : row.remaining_ms + 1 };
-    const handle = new LeaseHandleImpl(this, request, BigInt(row.token), row.expires_at, sentAt);
-    this.holding.add(handle);
-    return { granted: handle };
   }
 
 }
@@ -195,6 +247,8 @@ class LeaseHandleImpl extends BaseHandle implements LeaseHandle {
   readonly data: unknown;
   readonly ttlMs: number;
   readonly minHoldMs: number;
+  /** The key its waiters line up at: its own, or a permit's semaphore base key. */
+  readonly lineKey: bigint;
   expiresAt: Date;
   private deadlineCancel: (() => void) | null = null;
   /** performance.now() past which the holder no longer trusts its lease. */
@@ -208,8 +262,11 @@ class LeaseHandleImpl extends BaseHandle implements LeaseHandle {
     token: bigint,
     expiresAt: Date,
     sentAt: number,
+    /** A lease-backed permit: a semaphore's slot key, its line at the base key. */
+    permit?: { kind: 'semaphore'; key: bigint; lineKey: bigint },
   ) {
-    super('lease', request.target.name, request.target.key, 'exclusive', token);
+    super(permit?.kind ?? 'lease', request.target.name, permit?.key ?? request.target.key, 'exclusive', token);
+    this.lineKey = permit?.lineKey ?? request.target.key;
     this.owner = request.owner;
     this.data = request.data;
     this.ttlMs = request.ttlMs;
