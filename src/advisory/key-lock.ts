@@ -114,7 +114,7 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
 
   /** Nothing of this key is held, in flight, announced or lately contended here: a bulk try may go straight to the session. */
   get quiet(): boolean {
-    return this.heldMode === null && !this.releasing && this.line.quiet && this.contendedUntil <= performance.now();
+    return this.heldMode === null && !this.releasing && this.line.quiet && (this.contendedUntil === 0 || this.contendedUntil <= performance.now());
   }
 
   /** A bulk try (AdvisoryLockManager.tryMany) of a quiet key on `session`: its op code. */
