@@ -79,14 +79,38 @@ function remember(namespace: string | undefined, name: string, key: bigint): voi
   names.set(name, key);
 }
 
+/**
+ * Where names are encoded for hashing: namespace ‖ 0x00 ‖ name, each part up to 3 bytes per UTF-16
+ * unit of at most MAX_NAME_BYTES units (longer ones are rejected before encoding). Reused: hashing
+ * a new name allocates nothing but its key (acquireAll hashes thousands at once).
+ */
+const MAX_PART_BYTES = 3 * MAX_NAME_BYTES;
+const scratch = new Uint8Array(2 * MAX_PART_BYTES + 1);
+
 function computeKey(name: unknown, namespace: unknown): bigint {
-  const nameBytes = nameToBytes('name', name);
-  if (namespace === undefined) return hashKey(nameBytes);
-  const nsBytes = nameToBytes('namespace', namespace);
-  const bytes = new Uint8Array(nsBytes.length + 1 + nameBytes.length);
-  bytes.set(nsBytes, 0);
-  bytes.set(nameBytes, nsBytes.length + 1);
-  return hashKey(bytes);
+  if (namespace === undefined) return murmur3x64First64(scratch, encodeName('name', name, 0));
+  const nsLength = encodeName('namespace', namespace, 0);
+  scratch[nsLength] = 0;
+  return murmur3x64First64(scratch, nsLength + 1 + encodeName('name', name, nsLength + 1));
+}
+
+/**
+ * Validates a name (or namespace) as nameToBytes does and writes its UTF-8 bytes into `scratch` at
+ * `offset`; returns their count. Printable ASCII, what names nearly always are, is copied in a loop.
+ */
+function encodeName(argument: string, value: unknown, offset: number): number {
+  if (typeof value === 'string' && value.length > 0 && value.length <= MAX_NAME_BYTES) {
+    let i = 0;
+    for (; i < value.length; i++) {
+      const c = value.charCodeAt(i);
+      if (c === 0 || c >= 0x80) break;
+      scratch[offset + i] = c;
+    }
+    if (i === value.length) return i;
+  }
+  const bytes = nameToBytes(argument, value); // anything else: checked (and refused) the one way
+  scratch.set(bytes, offset);
+  return bytes.length;
 }
 
 /** Resolves a user-supplied lock name or key, validating it before any I/O. */

@@ -86,9 +86,11 @@ function word(b: Uint8Array, i: number): number {
   return (b[i]! | (b[i + 1]! << 8) | (b[i + 2]! << 16) | (b[i + 3]! << 24)) >>> 0;
 }
 
-/** The first 64-bit word of MurmurHash3_x64_128(bytes, seed 0), as a signed int64. */
-export function murmur3x64First64(bytes: Uint8Array): bigint {
-  const len = bytes.length;
+/** Turns the result's two halves into one bigint with a single allocation. */
+const int64View = new DataView(new ArrayBuffer(8));
+
+/** The first 64-bit word of MurmurHash3_x64_128 of bytes[0, len) (seed 0), as a signed int64. */
+export function murmur3x64First64(bytes: Uint8Array, len = bytes.length): bigint {
   const blocks = len - (len % 16);
   let h1h = 0;
   let h1l = 0;
@@ -174,5 +176,7 @@ export function murmur3x64First64(bytes: Uint8Array): bigint {
   fmix(h2h, h2l);
   add(h1h, h1l, rh, rl);
   // Signed: the high word's top bit is the sign.
-  return (BigInt(rh | 0) << 32n) | BigInt(rl);
+  int64View.setUint32(0, rh);
+  int64View.setUint32(4, rl);
+  return int64View.getBigInt64(0);
 }

@@ -33,8 +33,10 @@ export async function acquireAll(
   if (o.fencing) throw new InvalidArgumentError('fencing', 'acquireAll does not issue fencing tokens; fence each resource with its own lock');
   // Every name is checked before acquireRequest() notes the first one for the name registry (a write).
   const targets = new Map<bigint, LockTarget>();
-  for (const [i, n] of names.entries()) {
-    const t = resolveLock(n, ctx.namespace, `names[${i}]`);
+  for (let i = 0; i < names.length; i++) {
+    const n = names[i];
+    // The argument is named only for a refusal of an explicit key (a name's says 'name'): no string per name.
+    const t = resolveLock(n, ctx.namespace, typeof n === 'string' ? undefined : `names[${i}]`);
     targets.set(t.key, t);
   }
   const first = acquireRequest(ctx, names[0], o, 'acquireAll');
@@ -83,5 +85,5 @@ async function takeAll(
     await Promise.all(held.map((h) => h.release()));
     throw err;
   }
-  return new CompositeLockHandle(held);
+  return new CompositeLockHandle(held, () => locks.releaseMany(held));
 }

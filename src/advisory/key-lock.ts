@@ -5,7 +5,7 @@ import { type ReleaseListener, type Session, SessionLostError, type SessionPool 
 import { type Attempt, type AttemptPhase, type Busy, WaitCount, WaitLine, type WaitStrategy } from '../wait/index.js';
 import type { BlockingWait } from './blocking-wait.js';
 import type { AcquireRequest, AdvisoryLockHandle } from './advisory-lock.js';
-import { decodeTryResult, decodeUnlockResult } from './op-result.js';
+import { decodeTryResult, decodeUnlockResult, tryGranted } from './op-result.js';
 
 /** A marker registration that collided with a release probe is retried this soon. */
 const REREGISTER_MS = 5;
@@ -62,27 +62,37 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
 
   // ---- the line's strategy ----
 
-  async attempt(request: AcquireRequest, phase: AttemptPhase): Promise<Attempt<AdvisoryLockHandle>> {
+  attempt(request: AcquireRequest, phase: AttemptPhase): Promise<Attempt<AdvisoryLockHandle>> {
     let session: Session;
     try {
       // A key waits and is tried where its marker is, so that its own marker never stands in its way.
       session = phase.markerSession ?? this.ctx.sessions.lockSessionFor(this.key, request.bulk === true);
     } catch (err) {
-      throw new LockerClosedError('the locker is closed', { cause: err });
+      return Promise.reject(new LockerClosedError('the locker is closed', { cause: err }));
     }
     this.attemptSession = session;
     const code = this.tryCode(request.mode === 'shared', phase, session);
-    let result: number;
-    let token: bigint | null = null;
-    try {
-      if (request.fencing) ({ result, token } = await session.runFenced(code, this.key));
-      else result = await session.run(code, this.key);
-    } catch (e) {
-      const err = e as Error;
-      // The session died under the attempt: try again on its replacement.
-      if (err instanceof SessionLostError && err.connected && !this.ctx.closed) return { retry: true };
-      throw err instanceof PgfenceError ? err : new LockUnavailableError(err.message, { cause: err });
-    }
+    // Callbacks rather than an async function awaiting the session: one promise per attempt, not three.
+    return new Promise((resolve, reject) => {
+      const answered = (result: number, token: bigint | null) => {
+        try {
+          resolve(this.tried(request, session, code, result, token));
+        } catch (err) {
+          reject(err);
+        }
+      };
+      const failed = (err: Error) => {
+        // The session died under the attempt: try again on its replacement.
+        if (err instanceof SessionLostError && err.connected && !this.ctx.closed) resolve({ retry: true });
+        else reject(err instanceof PgfenceError ? err : new LockUnavailableError(err.message, { cause: err }));
+      };
+      if (request.fencing) session.runFenced(code, this.key).then(({ result, token }) => answered(result, token), failed);
+      else session.submit(code, this.key, (result) => answered(result, null), failed);
+    });
+  }
+
+  /** What a try on `session` answered: a grant, or what it found busy. */
+  private tried(request: AcquireRequest, session: Session, code: OpCode, result: number, token: bigint | null): Attempt<AdvisoryLockHandle> {
     const outcome = decodeTryResult(code, result);
     const announcedOn = outcome.markerRegistered ? session : undefined;
     if (outcome.granted) return { granted: this.taken(request, session, token), announcedOn };
@@ -104,7 +114,7 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
 
   /** Nothing of this key is held, in flight, announced or lately contended here: a bulk try may go straight to the session. */
   get quiet(): boolean {
-    return this.heldMode === null && !this.releasing && this.line.quiet && this.contendedUntil <= performance.now();
+    return this.heldMode === null && !this.releasing && this.line.quiet && (this.contendedUntil === 0 || this.contendedUntil <= performance.now());
   }
 
   /** A bulk try (AdvisoryLockManager.tryMany) of a quiet key on `session`: its op code. */
@@ -114,7 +124,7 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
 
   /** What a bulk try answered: a holder for `request`, or null (busy, or a live lease holds the name). */
   bulkTried(request: AcquireRequest, session: Session, result: number): AdvisoryLockHandle | null {
-    if (decodeTryResult(this.bulkTryCode(request), result).granted) return this.taken(request, session, null);
+    if (tryGranted(result)) return this.taken(request, session, null);
     this.contendedUntil = performance.now() + CONTENDED_MS;
     return null;
   }
@@ -136,9 +146,11 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
     return this.addHolder(request, token);
   }
 
-  /** Nobody here holds it any more: give the server hold back. */
-  chore(): Promise<void> | null {
-    return this.heldMode && this.holders.size === 0 ? this.unlock() : null;
+  /** Nobody here holds it any more: give the server hold back, then `done`. */
+  chore(done: () => void): boolean {
+    if (!this.heldMode || this.holders.size > 0) return false;
+    this.unlock(done);
+    return true;
   }
 
   heldHere(): boolean {
@@ -157,7 +169,7 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
   /** A late grant: nothing of it is kept. */
   giveBack(handle: AdvisoryLockHandle): Promise<void> {
     this.dropHolder(handle);
-    return this.chore() ?? Promise.resolve();
+    return new Promise((resolve) => this.chore(resolve) || resolve());
   }
 
   /** The first try is on its way over a session that is still connecting: its answer decides, within deadlineMs. */
@@ -200,15 +212,17 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
 
   // ---- holders ----
 
-  /** A holder lets go: true at once while other local holders keep the hold, else once the unlock is done. */
-  release(handle: AdvisoryLockHandle): Promise<boolean> {
+  /**
+   * A holder lets go: `done(true)` at once (synchronously) while other local holders keep the hold, else
+   * once the unlock is done, with whether the lock was still held. A callback: acquireAll's release
+   * lets go of thousands at once without a promise each.
+   */
+  release(handle: AdvisoryLockHandle, done: (released: boolean) => void): void {
     this.dropHolder(handle);
     this.ctx.observer.released(handle);
-    if (this.holders.size > 0) return Promise.resolve(true);
-    return new Promise((resolve) => {
-      this.releaseWaiters.push({ handle, resolve });
-      this.line.kick();
-    });
+    if (this.holders.size > 0) return done(true);
+    this.releaseWaiters.push({ handle, resolve: done });
+    this.line.kick();
   }
 
   /** The session that held the key is gone, and the hold with it. */
@@ -255,23 +269,22 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
     this.ctx.heldDelta(-1);
   }
 
-  private unlock(): Promise<void> {
+  /** Gives the server hold back, then `finished` (never synchronously: the session answers later). */
+  private unlock(finished: () => void): void {
     const session = this.session!;
     const code = this.heldMode === 'shared' ? Op.unlockShared : Op.unlockExclusive;
-    return new Promise((resolve) => {
-      const done = (result: number, lostCause?: Error) => {
-        if (this.session === session) this.hold(null, null);
-        const unlocked = decodeUnlockResult(result);
-        if (unlocked.waitersNotified) this.contendedUntil = performance.now() + CONTENDED_MS;
-        // Not released: the backend no longer held it (the lock was lost before this release).
-        // The cause only when there is a loss to report: an Error's stack costs more than the rest of a release.
-        this.settleReleases(unlocked.released, unlocked.released ? undefined : (lostCause ?? new Error('the session no longer held the lock')));
-        resolve();
-      };
-      // A failed unlock leaves nothing held: the session is gone, or reconciliation undid it. A dead session
-      // cannot say whether the lock lasted until the unlock: that release is a loss.
-      session.submit(code, this.key, done, (err) => (err instanceof SessionLostError ? done(0, err) : done(1)));
-    });
+    const done = (result: number, lostCause?: Error) => {
+      if (this.session === session) this.hold(null, null);
+      const unlocked = decodeUnlockResult(result);
+      if (unlocked.waitersNotified) this.contendedUntil = performance.now() + CONTENDED_MS;
+      // Not released: the backend no longer held it (the lock was lost before this release).
+      // The cause only when there is a loss to report: an Error's stack costs more than the rest of a release.
+      this.settleReleases(unlocked.released, unlocked.released ? undefined : (lostCause ?? new Error('the session no longer held the lock')));
+      finished();
+    };
+    // A failed unlock leaves nothing held: the session is gone, or reconciliation undid it. A dead session
+    // cannot say whether the lock lasted until the unlock: that release is a loss.
+    session.submit(code, this.key, done, (err) => (err instanceof SessionLostError ? done(0, err) : done(1)));
   }
 
   /** Answers the release() calls waiting on the key's unlock; when the lock was gone, each one's signal aborts. */

@@ -117,31 +117,29 @@ export class AdvisoryLockManager {
           continue;
         }
         // Occupies the key's line: an acquire of it meanwhile waits for this try, as for any operation on the key.
-        lock.line.occupy(
-          new Promise<void>((done) =>
-            session.submit(
-              lock.bulkTryCode(request),
-              lock.key,
-              (result) => {
-                const handle = lock.bulkTried(request, session, result);
-                if (handle && this.closed) {
-                  // Closed meanwhile: nothing of it is kept.
-                  void lock.giveBack(handle).then(done);
-                  answered(i, null, new LockerClosedError('the locker was closed'));
-                  return;
-                }
-                if (handle) lock.granted(request, handle, performance.now() - startedAt);
-                answered(i, handle);
-                done();
-              },
-              (err) => {
-                done();
-                // The session died under the try: try again the usual way, on its replacement.
-                if (err instanceof SessionLostError && err.connected && !this.closed) usual(i, request);
-                else answered(i, null, err instanceof PgfenceError ? err : new LockUnavailableError(err.message, { cause: err }));
-              },
-            ),
-          ),
+        // beginOperation/endOperation rather than a promise per key: thousands of keys are tried at once.
+        lock.line.beginOperation();
+        session.submit(
+          lock.bulkTryCode(request),
+          lock.key,
+          (result) => {
+            const handle = lock.bulkTried(request, session, result);
+            if (handle && this.closed) {
+              // Closed meanwhile: nothing of it is kept.
+              void lock.giveBack(handle).then(lock.line.endOperation);
+              answered(i, null, new LockerClosedError('the locker was closed'));
+              return;
+            }
+            if (handle) lock.granted(request, handle, performance.now() - startedAt);
+            answered(i, handle);
+            lock.line.endOperation();
+          },
+          (err) => {
+            lock.line.endOperation();
+            // The session died under the try: try again the usual way, on its replacement.
+            if (err instanceof SessionLostError && err.connected && !this.closed) usual(i, request);
+            else answered(i, null, err instanceof PgfenceError ? err : new LockUnavailableError(err.message, { cause: err }));
+          },
         );
       }
     });
@@ -208,7 +206,28 @@ export class AdvisoryLockManager {
   release(handle: AdvisoryLockHandle): Promise<boolean> {
     const lock = this.locks.get(handle.key);
     if (!lock || !lock.holders.has(handle) || !handle.markReleased()) return Promise.resolve(false);
-    return lock.release(handle);
+    return new Promise((resolve) => lock.release(handle, resolve));
+  }
+
+  /**
+   * Many handles give their locks back at once (acquireAll's release): the unlocks queue up together
+   * (a few batched statements), with one promise for all. Resolves true when every one was still held.
+   */
+  releaseMany(handles: readonly AdvisoryLockHandle[]): Promise<boolean> {
+    return new Promise((resolve) => {
+      let left = handles.length;
+      let all = true;
+      const one = (released: boolean) => {
+        if (!released) all = false;
+        if (--left === 0) resolve(all);
+      };
+      for (const handle of handles) {
+        const lock = this.locks.get(handle.key);
+        if (!lock || !lock.holders.has(handle) || !handle.markReleased()) one(false);
+        else lock.release(handle, one);
+      }
+      if (handles.length === 0) resolve(true);
+    });
   }
 
   /** A handle's TTL ran out: it is lost, and the lock goes back. */

@@ -32,8 +32,12 @@ export function nestingConflict(
   waits: boolean,
 ): { handle: LockHandle; context: string | undefined } | null {
   if (!waits) return null;
-  return heldInCallback(owner, kind === 'semaphore' ? (handle) => (handle as { kind?: unknown }).kind === 'semaphore' : () => true);
+  return heldInCallback(owner, kind === 'semaphore' ? isPermit : anyHandle);
 }
+
+// Made once, not per acquire.
+const isPermit = (handle: LockHandle) => (handle as { kind?: unknown }).kind === 'semaphore';
+const anyHandle = () => true;
 
 /** The innermost lock of `owner` still held by an enclosing callback (and who runs that callback) that `which` picks, if any. */
 function heldInCallback(owner: object, which: (handle: LockHandle) => boolean): { handle: LockHandle; context: string | undefined } | null {

@@ -39,13 +39,16 @@ function registersMarker(code: OpCode): boolean {
 export function decodeTryResult(code: OpCode, r: number): TryResult {
   const marks = registersMarker(code);
   return {
-    granted: (r & 1) === 1,
+    granted: tryGranted(r),
     markerRegistered: marks && (r & MARKER_FAILED) === 0,
     markerFailed: marks && (r & MARKER_FAILED) === MARKER_FAILED,
     stoodBack: (r & STOOD_BACK) === STOOD_BACK,
     leaseHeld: (r & LEASE_HELD) === LEASE_HELD,
   };
 }
+
+/** Whether a try granted the lock (what a bulk try needs of decodeTryResult, without building it). */
+export const tryGranted = (r: number): boolean => (r & 1) === 1;
 
 /** Decodes an unlock's result: 0 = was not held, 1 = released, 3 = released and waiters notified. */
 export function decodeUnlockResult(r: number): UnlockResult {

@@ -54,8 +54,12 @@ export interface WaitStrategy<R extends LineRequest, H> {
    * says whether it waited): the resource was busy lately, so a try would most likely fail.
    */
   blockFirst?(request: R): boolean;
-  /** Work the key needs before its line is served, run one at a time with attempts (null: none now). */
-  chore?(): Promise<void> | null;
+  /**
+   * Starts work the key needs before its line is served (run one at a time with attempts), and calls
+   * `done` once it is over, never synchronously; false when there is none now (`done` is not called).
+   * A callback, not a promise: every release of a session lock runs one.
+   */
+  chore?(done: () => void): boolean;
   /** This process holds the resource (so a request waits behind local holders). */
   heldHere?(): boolean;
   /** The local holders admit `request` at the head of the line (local shared holders share one hold). */

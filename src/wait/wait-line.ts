@@ -1,4 +1,4 @@
-import { setLongTimeout } from '../core/index.js';
+import { MAX_TIMER_MS, setLongTimeout } from '../core/index.js';
 import { MarkerOp, markerRegistered } from './marker-sql.js';
 import type { ReleaseListener, Session, SessionPool } from '../session/index.js';
 import type { Attempt, Busy, LineRequest, WaitStrategy } from './strategy.js';
@@ -28,6 +28,11 @@ interface Waiter<R, H> {
   cleanup: () => void;
 }
 
+/** A waiter's timeout (setTimeout's arguments carry the line and the waiter). */
+function giveUpOnTimeout<R extends LineRequest, H>(line: WaitLine<R, H>, waiter: Waiter<R, H>): void {
+  line.giveUp(waiter, null);
+}
+
 /** How many requests wait, over several lines. */
 export class WaitCount {
   n = 0;
@@ -55,8 +60,13 @@ export class WaitLine<R extends LineRequest, H> {
   private attemptFor: Waiter<R, H> | null = null;
   /** Cancels the blocking wait in flight. */
   private blockCancel: AbortController | null = null;
-  /** drained() calls waiting for the key to go quiet. */
-  private onQuiet: (() => void)[] = [];
+  /** drained() calls waiting for the key to go quiet (null: none; most lines never have one). */
+  private onQuiet: (() => void)[] | null = null;
+  /** Ends an operation begun by `beginOperation()` (bound once: every release and bulk try uses it). */
+  readonly endOperation = (): void => {
+    this.busy = false;
+    this.drive();
+  };
 
   constructor(
     readonly key: bigint,
@@ -69,9 +79,11 @@ export class WaitLine<R extends LineRequest, H> {
   enqueue(request: R, nullOnTimeout: boolean): Promise<H | null> {
     if (request.signal?.aborted) return Promise.reject(request.signal.reason);
     return new Promise<H | null>((resolve, reject) => {
-      const cancelTimer = request.timeoutMs > 0 ? setLongTimeout(() => this.giveUp(waiter, null), request.timeoutMs) : () => {};
-      const onAbort = () => this.giveUp(waiter, request.signal!.reason);
-      request.signal?.addEventListener('abort', onAbort, { once: true });
+      // The usual timeout (under ~24.8 days) is one plain timer, given the waiter: no closures per acquire.
+      const { timeoutMs, signal } = request;
+      let timer: NodeJS.Timeout | null = null;
+      let cancelLongTimer: (() => void) | null = null;
+      const onAbort = signal ? () => this.giveUp(waiter, signal.reason) : null;
       const waiter: Waiter<R, H> = {
         request,
         startedAt: performance.now(),
@@ -84,10 +96,14 @@ export class WaitLine<R extends LineRequest, H> {
         resolve: (h) => (nullOnTimeout || h ? resolve(h) : reject(this.strategy.timeoutError(request))),
         reject,
         cleanup: () => {
-          cancelTimer();
-          request.signal?.removeEventListener('abort', onAbort);
+          if (timer) clearTimeout(timer);
+          cancelLongTimer?.();
+          if (onAbort) signal!.removeEventListener('abort', onAbort);
         },
       };
+      if (timeoutMs > MAX_TIMER_MS) cancelLongTimer = setLongTimeout(() => this.giveUp(waiter, null), timeoutMs);
+      else if (timeoutMs > 0) timer = setTimeout(giveUpOnTimeout, timeoutMs, this, waiter);
+      if (onAbort) signal!.addEventListener('abort', onAbort, { once: true });
       this.queue.push(waiter);
       this.count.n++;
       // Busy here already (others wait, or local holders hold it): a single try fails at once.
@@ -141,7 +157,7 @@ export class WaitLine<R extends LineRequest, H> {
 
   /** Resolves once nothing is in flight for the key (a late grant handed back) and its marker is withdrawn. */
   async drained(): Promise<void> {
-    while (this.busy || this.markerSession) await new Promise<void>((resolve) => this.onQuiet.push(resolve));
+    while (this.busy || this.markerSession) await new Promise<void>((resolve) => (this.onQuiet ??= []).push(resolve));
   }
 
   private drive(): void {
@@ -152,9 +168,9 @@ export class WaitLine<R extends LineRequest, H> {
   private serve(): void {
     if (this.busy) return;
     // 1. The key's own chores first (a session lock no local holder keeps goes back).
-    const chore = this.strategy.chore?.();
-    // Never rejects (an unlock reports to the release() calls waiting on it): the catch only keeps the line going.
-    if (chore) return this.occupy(chore.catch(() => {}));
+    this.busy = true;
+    if (this.strategy.chore?.(this.endOperation)) return;
+    this.busy = false;
     const head = this.queue[0];
     if (head) {
       // 2. Local holders: share with them, or wait for them to let go.
@@ -172,7 +188,8 @@ export class WaitLine<R extends LineRequest, H> {
     const marker = this.markerSession;
     if (marker) {
       this.markerSession = null;
-      return this.occupy(new Promise<void>((done) => marker.submit(MarkerOp.unregister, this.key, () => done(), () => done())));
+      this.beginOperation();
+      return marker.submit(MarkerOp.unregister, this.key, this.endOperation, this.endOperation);
     }
     this.clearPoll();
     this.strategy.idle();
@@ -183,13 +200,18 @@ export class WaitLine<R extends LineRequest, H> {
     return !this.busy && this.queue.length === 0 && this.markerSession === null;
   }
 
-  /** Runs an operation for the key (also one of the owner's own, such as a bulk try), then serves the line again. */
+  /** Runs an operation for the key (also one of the owner's own), then serves the line again. */
   occupy(work: Promise<unknown>): void {
+    this.beginOperation();
+    void work.then(this.endOperation);
+  }
+
+  /**
+   * Begins an operation for the key that ends with `endOperation()` (called once, never synchronously): what a
+   * bulk try of thousands of keys uses instead of a promise per key. The line waits for it meanwhile.
+   */
+  beginOperation(): void {
     this.busy = true;
-    void work.then(() => {
-      this.busy = false;
-      this.drive();
-    });
   }
 
   private canShareNow(request: R): boolean {
@@ -338,7 +360,7 @@ export class WaitLine<R extends LineRequest, H> {
   }
 
   /** Timeout or abort: the waiter leaves the line; what its attempt in flight brings is handed back first. */
-  private giveUp(waiter: Waiter<R, H>, abortReason: unknown): void {
+  giveUp(waiter: Waiter<R, H>, abortReason: unknown): void {
     if (waiter.settled || waiter.leaving) return;
     const answer = abortReason !== null ? () => waiter.reject(abortReason) : this.timedOut(waiter);
     if (this.attemptFor !== waiter) {
@@ -393,7 +415,8 @@ export class WaitLine<R extends LineRequest, H> {
 
   private notifyQuiet(): void {
     const waiting = this.onQuiet;
-    this.onQuiet = [];
+    if (waiting === null) return;
+    this.onQuiet = null;
     for (const resolve of waiting) resolve();
   }
 }
