@@ -4,8 +4,8 @@
 -- (pgfence.interface_version()); a change to any of them is a new version, announced in the README.
 -- Everything named mm3_* is internal. Re-applied by migrate() whenever this file changes.
 --
--- Built on the same definitions the Node API runs (lease_acquire, admit_session_lock, next_token):
--- one table of leases, one token counter per key, so Node and SQL holders exclude each other.
+-- Built on the same definitions the Node API runs (lease_acquire, admit_session_lock, admit_xact_lock,
+-- next_token): one table of leases, one token counter per key, so Node and SQL holders exclude each other.
 
 -- public: the interface version. Bumped only by a change to a public function.
 CREATE OR REPLACE FUNCTION pgfence.interface_version() RETURNS int
@@ -308,19 +308,21 @@ BEGIN
 END $$;
 
 -- public: the exclusive transaction lock of p_key (held until the transaction ends) and its token,
--- which commits with the transaction. Waits; bound it with SET LOCAL lock_timeout.
+-- which commits with the transaction. Waits, also while a live lease holds the name (admit_xact_lock);
+-- bound it with SET LOCAL lock_timeout.
 CREATE OR REPLACE FUNCTION pgfence.xact_lock_fenced(p_key bigint) RETURNS bigint
 LANGUAGE plpgsql AS $$
 BEGIN
-  PERFORM pg_advisory_xact_lock(p_key);
+  PERFORM pgfence.admit_xact_lock(p_key, false, true);
   RETURN pgfence.next_token(p_key);
 END $$;
 
--- public: one try at the exclusive transaction lock of p_key; its token, or NULL when busy.
+-- public: one try at the exclusive transaction lock of p_key; its token, or NULL when busy (a lock,
+-- or a live lease of the name: admit_xact_lock).
 CREATE OR REPLACE FUNCTION pgfence.try_xact_lock_fenced(p_key bigint) RETURNS bigint
 LANGUAGE plpgsql AS $$
 BEGIN
-  IF pg_try_advisory_xact_lock(p_key) THEN
+  IF pgfence.admit_xact_lock(p_key, false, false) = 1 THEN
     RETURN pgfence.next_token(p_key);
   END IF;
   RETURN NULL;
