@@ -55,7 +55,7 @@ export async function xact(ctx: BenchContext): Promise<void> {
         (plain ? `; xactLock in a database without pgfence's schema ${fmt.list(r.rates[2]!)}` : ''),
     );
   } finally {
-    await plain?.end().catch(() => {});
+    await plain?.end().catch(() => {}); // tidying up: the figures are taken
     await scratch?.drop();
   }
 }
@@ -79,7 +79,7 @@ async function scratchDatabase(ctx: BenchContext): Promise<{ url: string; drop()
   return {
     url: u.toString(),
     drop: async () => {
-      await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`).catch(() => {});
+      await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`).catch(() => {}); // tidying up: a scratch database left over is harmless
     },
   };
 }
