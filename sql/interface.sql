@@ -153,9 +153,9 @@ BEGIN
          p_ttl_ms, p_data) AS a;
 END $$;
 
--- public: waits for the lease of p_key up to p_timeout_ms (NULL: no bound), polling: it sleeps
--- until the holder's expiry or at most 50 ms between tries (a release by another session is seen
--- at the next try). Returns the token, or NULL at the timeout. Call it in autocommit: the lease and
+-- public: waits for the lease of p_key up to p_timeout_ms (NULL: no bound). While a lease holds it, it
+-- sleeps until the holder's expiry or at most 50 ms between tries (a release by another session is
+-- seen at the next try); while a lock holds it, it waits in PostgreSQL's queue (queue_for_key). Returns the token, or NULL at the timeout. Call it in autocommit: the lease and
 -- its token commit with the statement.
 CREATE OR REPLACE FUNCTION pgfence.lease(p_key bigint, p_ttl_ms bigint, p_timeout_ms bigint DEFAULT NULL,
   p_owner text DEFAULT NULL, p_name text DEFAULT NULL, p_data jsonb DEFAULT NULL)
@@ -172,6 +172,13 @@ BEGIN
     END IF;
     IF p_timeout_ms IS NOT NULL AND clock_timestamp() >= deadline THEN
       RETURN NULL;
+    END IF;
+    IF r.remaining_ms IS NULL THEN
+      -- A lock holds the name: wait in PostgreSQL's queue for it (FIFO with the lockers), then try again
+      -- holding it (queue_for_key). Lockers handing the lock over among themselves never starve this.
+      PERFORM pgfence.queue_for_key(p_key, CASE WHEN p_timeout_ms IS NOT NULL
+        THEN greatest(1, ceil(extract(epoch FROM deadline - clock_timestamp()) * 1000))::bigint END);
+      CONTINUE;
     END IF;
     PERFORM pg_sleep(least(0.05, greatest(0.001, coalesce(r.remaining_ms, 50) / 1000.0),
                            CASE WHEN p_timeout_ms IS NULL THEN 0.05

@@ -158,3 +158,39 @@ LANGUAGE sql VOLATILE AS $$
   FROM (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS at) AS s,
        LATERAL (SELECT (s.at & ~4294967295::bigint) | p_xid::text::bigint AS full_id) AS f
 $$;
+
+-- Waits in PostgreSQL's queue for the transaction lock of p_key, up to p_timeout_ms (NULL: no bound),
+-- and keeps it for the caller's transaction: true, or false at the bound (holding nothing). The queue
+-- is FIFO for every kind that waits in it (session locks, transaction locks, and lease waiters through
+-- this), and a queued waiter makes every later try fail, so nobody barges: a lease waiter that finds
+-- the name held by a lock comes in after the lockers queued before it, never starved by lockers that
+-- hand the lock over among themselves. lock_timeout is as it was when this returns.
+CREATE OR REPLACE FUNCTION pgfence.queue_for_key(p_key bigint, p_timeout_ms bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  bound constant text := current_setting('lock_timeout');
+BEGIN
+  BEGIN
+    PERFORM set_config('lock_timeout', CASE WHEN p_timeout_ms IS NULL THEN '0' ELSE greatest(1, p_timeout_ms) || 'ms' END, true);
+    PERFORM pg_advisory_xact_lock(p_key);
+    PERFORM set_config('lock_timeout', bound, true);
+    RETURN true;
+  EXCEPTION WHEN lock_not_available THEN
+    RETURN false;  -- the subtransaction's rollback put lock_timeout back
+  END;
+END $$;
+
+-- lease_acquire after waiting (up to p_wait_ms) in PostgreSQL's queue for the key (queue_for_key), for a
+-- lease waiter that found the name held by a lock. Run it in its own transaction (autocommit): the
+-- queued lock is held until the lease row commits. Busy at the bound as a lock (NULL time left).
+CREATE OR REPLACE FUNCTION pgfence.lease_acquire_queued(p_key bigint, p_name text, p_owner text, p_ttl_ms bigint, p_data jsonb, p_wait_ms bigint)
+RETURNS TABLE (granted boolean, token bigint, owner text, acquired_at timestamptz, expires_at timestamptz, remaining_ms bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF NOT pgfence.queue_for_key(p_key, p_wait_ms) THEN
+    RETURN QUERY SELECT false, NULL::bigint, NULL::text, NULL::timestamptz, NULL::timestamptz, NULL::bigint;
+    RETURN;
+  END IF;
+  RETURN QUERY SELECT * FROM pgfence.lease_acquire(p_key, p_name, p_owner, p_ttl_ms, p_data);
+END $$;

@@ -261,7 +261,7 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
     );
     this.locks = this.parts.add(new AdvisoryLockManager(this.sessions, this.listener, this.observer, deadlineMs));
     this.sessions.waiterInUse = () => this.locks.usesWaiterSession();
-    this.leases = this.parts.add(new LeaseManager(this.source, this.sessions, this.listener, this.observer));
+    this.leases = this.parts.add(new LeaseManager(this.source, this.sessions, this.listener, this.observer, this.locks.waiterQueue));
     this.semaphores = this.parts.add(new SemaphoreManager(this.sessions, this.listener, this.observer));
   }
 

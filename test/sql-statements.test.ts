@@ -3,7 +3,7 @@ import { blockingLockSql, Op, sessionLockStatements, warmGuardSql } from '../src
 import { INSERT_NAMES } from '../src/observe/name-registry.js';
 import { probeSql } from '../src/session/session.js';
 import { releaseSlotSql, tryAnySlotSql } from '../src/advisory/semaphore-sql.js';
-import { acquireLeaseSql, releaseLeaseSql, renewLeaseSql } from '../src/lease/lease-sql.js';
+import { acquireLeaseSql, acquireQueuedLeaseSql, releaseLeaseSql, renewLeaseSql } from '../src/lease/lease-sql.js';
 import { nextTokenSql, tryXactLockSql, undoWaitScript, waitXactLockScript } from '../src/advisory/xact-sql.js';
 
 /**
@@ -45,6 +45,7 @@ function sentStatements(): [string, Sent][] {
   out.push(['semaphore: try any slot', { text: tryAnySlotSql }]);
   out.push(['semaphore: release a slot', { text: releaseSlotSql }]);
   out.push(['lease: acquire', { text: acquireLeaseSql }]);
+  out.push(['lease: acquire after waiting in the queue for the key (waiter session); $6 wait ms', { text: acquireQueuedLeaseSql }]);
   out.push(['lease: renew', { text: renewLeaseSql }]);
   out.push(['lease: release', { text: releaseLeaseSql }]);
   for (const guarded of [false, true]) {

@@ -1,7 +1,7 @@
 import { LockerClosedError, LockUnavailableError, PgfenceError } from '../core/index.js';
 import type { Observer } from '../observe/index.js';
 import { type ReleaseListener, type Session, SessionLostError, type SessionPool } from '../session/index.js';
-import { WaitCount } from '../wait/index.js';
+import { WaitCount, type WaiterQueue } from '../wait/index.js';
 import { BlockingWait } from './blocking-wait.js';
 import { KeyLock, type KeyLockContext } from './key-lock.js';
 import { AdvisoryLockHandle, type AcquireRequest } from './advisory-lock.js';
@@ -152,6 +152,11 @@ export class AdvisoryLockManager {
         );
       }
     });
+  }
+
+  /** The locker's waiter session, for the other kinds that wait in PostgreSQL's queue (leases). */
+  get waiterQueue(): WaiterQueue {
+    return this.context.blocking;
   }
 
   /** A wait is blocked on the waiter session, or a lock granted there is held (the pool must not close it). */

@@ -1,8 +1,8 @@
-import { BaseHandle, type LockHandle, LockLostError, type LockLostReason, LockUnavailableError, PgfenceError, schemaMissingError, setLongTimeout } from '../core/index.js';
+import { BaseHandle, isLockNotAvailable, isQueryCanceled, type LockHandle, LockLostError, type LockLostReason, LockUnavailableError, PgfenceError, schemaMissingError, setLongTimeout, sqlState } from '../core/index.js';
 import type { LockTarget } from '../keys.js';
 import type { Observer } from '../observe/index.js';
-import type { ConnectionSource, ReleaseListener, Session, SessionPool } from '../session/index.js';
-import { type Attempt, closedError, WaitLines } from '../wait/index.js';
+import { type ConnectionSource, type ReleaseListener, type Session, SessionLostError, type SessionPool, WITHDRAWN } from '../session/index.js';
+import { type Attempt, type Busy, closedError, type WaiterQueue, WaitLines } from '../wait/index.js';
 import { leaseStatements } from './lease-sql.js';
 import { runStatement } from './lease-statements.js';
 
@@ -48,11 +48,17 @@ interface AcquireRow {
   remaining_ms: number | null;
 }
 
+/** After a queued wait ended without a grant, the waiter looks again this soon. */
+const LOOK_AGAIN_MS = 1;
+
 /**
  * Table-backed leases of one locker. A lease is taken by one statement that checks expiry on the
  * database clock and issues the fencing token in the same transaction. Local waiters line up per key
  * (src/wait); the head looks at the lease (a busy check writes nothing) when a release is announced,
- * when the current lease is due to expire, or at its poll.
+ * when the current lease is due to expire, or at its poll. While a lock (not a lease) holds the name,
+ * the head waits in PostgreSQL's FIFO queue for the key on the locker's waiter session (`queue`), as
+ * session locks do, and takes the lease in the same transaction as the grant: lockers that hand the key
+ * over among themselves cannot starve it.
  */
 export class LeaseManager {
   private readonly lines: WaitLines<LeaseRequest, LeaseHandleImpl>;
@@ -66,8 +72,17 @@ export class LeaseManager {
     sessions: SessionPool,
     listener: ReleaseListener,
     readonly observer: Observer,
+    /** The locker's waiter session (null: none, as behind a transaction pooler; the waiter then polls). */
+    private readonly queue: WaiterQueue | null = null,
   ) {
-    this.lines = new WaitLines('lease', sessions, listener, observer, (request) => this.attempt(request));
+    this.lines = new WaitLines(
+      'lease',
+      sessions,
+      listener,
+      observer,
+      (request) => this.attempt(request),
+      (request, remainingMs, last, cancel) => this.queued(request, remainingMs, last, cancel),
+    );
   }
 
   get held(): number {
@@ -176,12 +191,52 @@ export class LeaseManager {
         (err instanceof PgfenceError ? err : new LockUnavailableError(`a lease statement failed: ${(err as Error)?.message}`, { cause: err }))
       );
     }
-    if (!row.granted) return { busy: true, retryInMs: row.remaining_ms === null ? undefined : row.remaining_ms + 1 };
-    const handle = new LeaseHandleImpl(this, request, BigInt(row.token), row.expires_at, sentAt);
-    this.holding.add(handle);
-    return { granted: handle };
+    if (!row.granted) return busyWith(row);
+    return { granted: this.grantedTo(request, row, sentAt) };
   }
 
+  /** A grant: the holder's handle, its local deadline counted from `sentAt` (no later than the grant). */
+  private grantedTo(request: LeaseRequest, row: AcquireRow, sentAt: number): LeaseHandleImpl {
+    const handle = new LeaseHandleImpl(this, request, BigInt(row.token), row.expires_at, sentAt);
+    this.holding.add(handle);
+    return handle;
+  }
+
+  /** A lock holds the name: wait for it in PostgreSQL's queue, then take the lease (null: not now, poll). */
+  private queued(request: LeaseRequest, remainingMs: number, last: Busy | null, cancel: AbortSignal): Promise<Attempt<LeaseHandleImpl>> | null {
+    if (!last?.lockHeld || !this.queue) return null;
+    const { target, owner, ttlMs, data } = request;
+    const started = this.queue.run<AcquireRow & { since_grant_ms: number }>(
+      leaseStatements.acquireQueued,
+      [target.key, target.name, owner, ttlMs, data === undefined ? null : JSON.stringify(data), remainingMs === Infinity ? null : Math.ceil(remainingMs)],
+      remainingMs,
+      cancel,
+    );
+    if (!started) return null;
+    return started.rows.then(
+      (rows) => {
+        const row = rows[0]!;
+        if (!row.granted) return busyWith(row);
+        // The lease was granted at the end of the wait: its local deadline counts from then (the statement's own
+        // measure of the time since; what the commit and the answer took after it is within the handle's margin).
+        return { granted: this.grantedTo(request, row, performance.now() - Math.max(0, row.since_grant_ms)) };
+      },
+      (err: unknown) => {
+        // Cancelled (the waiter gave up), taken back unsent, or the session died: nothing was taken (one transaction).
+        if (isQueryCanceled(err) || isLockNotAvailable(err) || sqlState(err) === WITHDRAWN) return { busy: true, retryInMs: LOOK_AGAIN_MS };
+        if (err instanceof SessionLostError && err.connected) return { retry: true };
+        // The waiter session could not connect (behind a transaction pooler, say): leases need none; poll.
+        if (err instanceof SessionLostError) return { busy: true };
+        throw schemaMissingError(err) ?? (err instanceof PgfenceError ? err : new LockUnavailableError(`a lease statement failed: ${(err as Error)?.message}`, { cause: err }));
+      },
+    );
+  }
+
+}
+
+/** What a busy answer tells the line: a lease's time left, or (NULL) a lock holds the name. */
+function busyWith(row: AcquireRow): Busy {
+  return row.remaining_ms === null ? { busy: true, lockHeld: true } : { busy: true, leaseHeld: true, retryInMs: row.remaining_ms + 1 };
 }
 
 /**
