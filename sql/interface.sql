@@ -104,28 +104,13 @@ END $$;
 -- refuses them: empty, or longer than 1024 UTF-8 bytes (text cannot hold NUL). Needs a UTF8 database.
 CREATE OR REPLACE FUNCTION pgfence.lock_key(p_name text, p_namespace text DEFAULT NULL) RETURNS bigint
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
-DECLARE
-  name_bytes bytea;
-  ns_bytes bytea;
 BEGIN
-  IF p_name IS NULL OR p_name = '' THEN
-    RAISE EXCEPTION 'pgfence: a lock name must be a non-empty string' USING ERRCODE = '22023';
-  END IF;
-  name_bytes := convert_to(p_name, 'UTF8');
-  IF length(name_bytes) > 1024 THEN
-    RAISE EXCEPTION 'pgfence: a lock name must be at most 1024 UTF-8 bytes, got %', length(name_bytes) USING ERRCODE = '22023';
-  END IF;
+  PERFORM pgfence.check_lock_name('name', p_name);
   IF p_namespace IS NULL THEN
-    RETURN pgfence.mm3_h1(name_bytes);
+    RETURN pgfence.mm3_h1(convert_to(p_name, 'UTF8'));
   END IF;
-  IF p_namespace = '' THEN
-    RAISE EXCEPTION 'pgfence: a namespace must be a non-empty string (or NULL)' USING ERRCODE = '22023';
-  END IF;
-  ns_bytes := convert_to(p_namespace, 'UTF8');
-  IF length(ns_bytes) > 1024 THEN
-    RAISE EXCEPTION 'pgfence: a namespace must be at most 1024 UTF-8 bytes, got %', length(ns_bytes) USING ERRCODE = '22023';
-  END IF;
-  RETURN pgfence.mm3_h1(ns_bytes || '\x00'::bytea || name_bytes);
+  PERFORM pgfence.check_lock_name('namespace', p_namespace);
+  RETURN pgfence.mm3_h1(convert_to(p_namespace, 'UTF8') || '\x00'::bytea || convert_to(p_name, 'UTF8'));
 END $$;
 
 -- ---- leases ----
@@ -139,24 +124,27 @@ CREATE OR REPLACE FUNCTION pgfence.try_lease(p_key bigint, p_ttl_ms bigint, p_ow
   p_name text DEFAULT NULL, p_data jsonb DEFAULT NULL)
 RETURNS TABLE (granted boolean, token bigint, owner text, expires_at timestamptz, remaining_ms bigint)
 LANGUAGE plpgsql AS $$
+DECLARE
+  given_owner constant text := coalesce(p_owner, 'sql:' || current_user || '@' || coalesce(host(inet_client_addr()), 'local') || ':' || pg_backend_pid());
 BEGIN
   IF p_key IS NULL THEN
-    RAISE EXCEPTION 'pgfence: the key must not be NULL' USING ERRCODE = '22023';
+    PERFORM pgfence.null_argument('key');
   END IF;
-  IF p_ttl_ms IS NULL OR p_ttl_ms < 100 THEN
-    RAISE EXCEPTION 'pgfence: a lease''s ttl must be at least 100 ms, got %', coalesce(p_ttl_ms::text, 'NULL') USING ERRCODE = '22023';
+  PERFORM pgfence.check_duration_ms('ttl_ms', p_ttl_ms, 100);
+  PERFORM pgfence.check_owner(given_owner);
+  IF p_name IS NOT NULL THEN
+    PERFORM pgfence.check_lock_name('name', p_name);
   END IF;
   RETURN QUERY
   SELECT a.granted, a.token, a.owner, a.expires_at, a.remaining_ms
-  FROM pgfence.lease_acquire(p_key, p_name,
-         coalesce(p_owner, 'sql:' || current_user || '@' || coalesce(host(inet_client_addr()), 'local') || ':' || pg_backend_pid()),
-         p_ttl_ms, p_data) AS a;
+  FROM pgfence.lease_acquire(p_key, p_name, given_owner, p_ttl_ms, p_data) AS a;
 END $$;
 
 -- public: waits for the lease of p_key up to p_timeout_ms (NULL: no bound). While a lease holds it, it
 -- sleeps until the holder's expiry or at most 50 ms between tries (a release by another session is
--- seen at the next try); while a lock holds it, it waits in PostgreSQL's queue (queue_for_key). Returns the token, or NULL at the timeout. Call it in autocommit: the lease and
--- its token commit with the statement.
+-- seen at the next try); while a lock holds it, it waits in PostgreSQL's queue (queue_for_key).
+-- Returns the token, or NULL at the timeout. Call it in autocommit: the lease and its token commit
+-- with the statement.
 CREATE OR REPLACE FUNCTION pgfence.lease(p_key bigint, p_ttl_ms bigint, p_timeout_ms bigint DEFAULT NULL,
   p_owner text DEFAULT NULL, p_name text DEFAULT NULL, p_data jsonb DEFAULT NULL)
 RETURNS bigint
@@ -165,6 +153,9 @@ DECLARE
   deadline timestamptz := clock_timestamp() + coalesce(p_timeout_ms, 0) * interval '1 millisecond';
   r record;
 BEGIN
+  IF p_timeout_ms IS NOT NULL THEN  -- NULL: no bound
+    PERFORM pgfence.check_duration_ms('timeout_ms', p_timeout_ms, 0);
+  END IF;
   LOOP
     SELECT * INTO r FROM pgfence.try_lease(p_key, p_ttl_ms, p_owner, p_name, p_data);
     IF r.granted THEN
@@ -193,9 +184,11 @@ LANGUAGE plpgsql AS $$
 DECLARE
   renewed timestamptz;
 BEGIN
-  IF p_ttl_ms IS NULL OR p_ttl_ms < 100 THEN
-    RAISE EXCEPTION 'pgfence: a lease''s ttl must be at least 100 ms, got %', coalesce(p_ttl_ms::text, 'NULL') USING ERRCODE = '22023';
+  IF p_key IS NULL THEN
+    PERFORM pgfence.null_argument('key');
   END IF;
+  PERFORM pgfence.check_token(p_token);
+  PERFORM pgfence.check_duration_ms('ttl_ms', p_ttl_ms, 100);
   UPDATE pgfence.leases
      SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + p_ttl_ms * interval '1 millisecond'
    WHERE key = p_key AND token = p_token AND released_at IS NULL AND expires_at > clock_timestamp()
@@ -229,9 +222,11 @@ DECLARE
   now_ts timestamptz := clock_timestamp();
   freed boolean;
 BEGIN
-  IF p_min_hold_ms IS NULL OR p_min_hold_ms < 0 THEN
-    RAISE EXCEPTION 'pgfence: min hold must be 0 or more ms, got %', coalesce(p_min_hold_ms::text, 'NULL') USING ERRCODE = '22023';
+  IF p_key IS NULL THEN
+    PERFORM pgfence.null_argument('key');
   END IF;
+  PERFORM pgfence.check_token(p_token);
+  PERFORM pgfence.check_duration_ms('min_hold_ms', p_min_hold_ms, 0);
   UPDATE pgfence.leases l
      SET released_at = CASE WHEN l.acquired_at + p_min_hold_ms * interval '1 millisecond' > now_ts THEN NULL ELSE now_ts END,
          expires_at = CASE WHEN l.acquired_at + p_min_hold_ms * interval '1 millisecond' > now_ts
@@ -248,64 +243,61 @@ BEGIN
 END $$;
 
 -- ---- fenced advisory locks ----
--- Session locks are plain PostgreSQL advisory locks on the key, guarded as the Node API guards them:
--- a grant gives way to a live lease of the same key (admit_session_lock). Each exclusive grant
+-- Session locks are PostgreSQL advisory locks on the key, guarded as the Node API guards them: a grant
+-- gives way to a live lease of the same key (lease_holds, read after the grant). Each exclusive grant
 -- issues the next fencing token of the key (next_token), the same counter as leases and Node locks.
+-- The lock is taken as a transaction lock and becomes a session lock at COMMIT
+-- (sql/interface-commit.sql): an error, a cancel or a ROLLBACK leaves nothing held, and the token
+-- rolled back with it is never held by anyone. Inside a transaction block the session lock therefore
+-- starts at COMMIT (the transaction lock holds the name until then).
 
 -- public: one try at the exclusive session lock of p_key; the token, or NULL when busy.
 CREATE OR REPLACE FUNCTION pgfence.try_lock_fenced(p_key bigint) RETURNS bigint
 LANGUAGE plpgsql AS $$
 BEGIN
-  IF pgfence.admit_session_lock(p_key, false, pg_try_advisory_lock(p_key)) = 1 THEN
-    RETURN pgfence.next_token(p_key);
+  IF p_key IS NULL THEN
+    PERFORM pgfence.null_argument('key');
+  END IF;
+  -- The lease is looked at before the try too: a busy answer then takes nothing that would stay
+  -- until the end of the caller's transaction.
+  IF NOT pgfence.lease_holds(p_key) AND pg_try_advisory_xact_lock(p_key) AND NOT pgfence.lease_holds(p_key) THEN
+    RETURN pgfence.next_session_lock_token(p_key);
   END IF;
   RETURN NULL;
 END $$;
 
 -- public: waits for the exclusive session lock of p_key (bound the wait with SET lock_timeout /
--- statement_timeout), then issues its token. While a lease holds the name it polls (at most 50 ms
--- between tries), since a lease is not a lock PostgreSQL can queue on. A session lock outlives the
--- statement's error: when the wait's bound (or any error) ends the call after PostgreSQL granted the
--- lock, the lock is given back before the error goes on, so a caller told "failed" holds nothing
--- (unless its session held the key already: then the count it had is left as it was).
+-- statement_timeout), then issues its token. While a lease holds the name it keeps the name's lock
+-- and polls the lease (at most 50 ms between looks): a lease is not a lock PostgreSQL can queue on.
 CREATE OR REPLACE FUNCTION pgfence.lock_fenced(p_key bigint) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
-  left_ms float8;
-  held_before constant boolean := pgfence.holds_session_lock(p_key);
+  left_s float8;
 BEGIN
-  LOOP
-    BEGIN
-      PERFORM pg_advisory_lock(p_key);
-      IF pgfence.admit_session_lock(p_key, false, true) = 1 THEN
-        RETURN pgfence.next_token(p_key);
-      END IF;
-    EXCEPTION WHEN OTHERS OR query_canceled THEN
-      -- Granted, then cancelled (statement_timeout, lock_timeout on the token's row) or failed.
-      IF NOT held_before AND pgfence.holds_session_lock(p_key) THEN
-        PERFORM pg_advisory_unlock(p_key);
-      END IF;
-      RAISE;
-    END;
-    SELECT extract(epoch FROM l.expires_at - clock_timestamp()) INTO left_ms FROM pgfence.leases l WHERE l.key = p_key;
-    PERFORM pg_sleep(least(0.05, greatest(0.001, coalesce(left_ms, 0.05))));
+  IF p_key IS NULL THEN
+    PERFORM pgfence.null_argument('key');
+  END IF;
+  PERFORM pg_advisory_xact_lock(p_key);
+  WHILE pgfence.lease_holds(p_key) LOOP
+    SELECT extract(epoch FROM pgfence.lease_live_until(l) - clock_timestamp()) INTO left_s FROM pgfence.leases l WHERE l.key = p_key;
+    PERFORM pg_sleep(least(0.05, greatest(0.001, coalesce(left_s, 0.05))));
   END LOOP;
+  RETURN pgfence.next_session_lock_token(p_key);
 END $$;
 
--- internal: whether this session holds the exclusive session lock of p_key.
-CREATE OR REPLACE FUNCTION pgfence.holds_session_lock(p_key bigint) RETURNS boolean
-LANGUAGE sql VOLATILE AS $$
-  SELECT EXISTS (SELECT FROM pg_locks
-                  WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND mode = 'ExclusiveLock'
-                    AND pid = pg_backend_pid() AND ((classid::int8 << 32) | objid::int8) = p_key)
-$$;
+DROP FUNCTION IF EXISTS pgfence.holds_session_lock(bigint);
 
 -- public: releases the session lock of p_key taken by (try_)lock_fenced, waking waiters of other
 -- sessions (Node lockers) as the Node API's unlock does. false when this session did not hold it.
 CREATE OR REPLACE FUNCTION pgfence.unlock(p_key bigint) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
-  IF NOT pg_advisory_unlock(p_key) THEN
+  IF p_key IS NULL THEN
+    PERFORM pgfence.null_argument('key');
+  END IF;
+  -- A lock this transaction took is a transaction lock until COMMIT: unlocking it cancels its
+  -- conversion (it ends with the transaction).
+  IF NOT (pgfence.cancel_session_lock_at_commit(p_key) OR pg_advisory_unlock(p_key)) THEN
     RETURN false;
   END IF;
   -- No synchronous_commit change here (the Node API's own unlock makes one): this may run inside the
@@ -320,8 +312,11 @@ END $$;
 CREATE OR REPLACE FUNCTION pgfence.xact_lock_fenced(p_key bigint) RETURNS bigint
 LANGUAGE plpgsql AS $$
 BEGIN
+  IF p_key IS NULL THEN
+    PERFORM pgfence.null_argument('key');
+  END IF;
   PERFORM pgfence.admit_xact_lock(p_key, false, true);
-  RETURN pgfence.next_token(p_key);
+  RETURN pgfence.next_xact_lock_token(p_key);
 END $$;
 
 -- public: one try at the exclusive transaction lock of p_key; its token, or NULL when busy (a lock,
@@ -329,8 +324,11 @@ END $$;
 CREATE OR REPLACE FUNCTION pgfence.try_xact_lock_fenced(p_key bigint) RETURNS bigint
 LANGUAGE plpgsql AS $$
 BEGIN
+  IF p_key IS NULL THEN
+    PERFORM pgfence.null_argument('key');
+  END IF;
   IF pgfence.admit_xact_lock(p_key, false, false) = 1 THEN
-    RETURN pgfence.next_token(p_key);
+    RETURN pgfence.next_xact_lock_token(p_key);
   END IF;
   RETURN NULL;
 END $$;

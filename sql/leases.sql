@@ -1,6 +1,22 @@
 -- Leases: table-backed locks with a TTL on the database clock. Re-applied by migrate() whenever
 -- this file changes. Renewal and release are plain statements (src/lease/lease-sql.ts).
 
+-- The one rule of a lease's life: the time until which the lease holds its name (database clock), NULL
+-- when it holds nothing. Used by every statement that asks whether a lease is live.
+CREATE OR REPLACE FUNCTION pgfence.lease_live_until(l pgfence.leases) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT CASE WHEN l.released_at IS NULL THEN l.expires_at END
+$$;
+
+-- Whether a live lease holds p_key now. VOLATILE: its query takes a snapshot of its own (see
+-- admit_session_lock).
+CREATE OR REPLACE FUNCTION pgfence.lease_holds(p_key bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+  PERFORM FROM pgfence.leases l WHERE l.key = p_key AND pgfence.lease_live_until(l) > clock_timestamp();
+  RETURN FOUND;
+END $$;
+
 -- Takes the lease of p_key when it is free, released or expired, with a new fencing token.
 -- A busy lease is reported (with its holder and time left) without writing anything.
 CREATE OR REPLACE FUNCTION pgfence.lease_acquire(p_key bigint, p_name text, p_owner text, p_ttl_ms bigint, p_data jsonb)
@@ -112,8 +128,8 @@ BEGIN
       ELSE
         PERFORM pg_advisory_xact_lock(p_key);
       END IF;
-      SELECT CASE WHEN l.released_at IS NULL AND l.expires_at > clock_timestamp()
-                  THEN extract(epoch FROM l.expires_at - clock_timestamp()) * 1000 END, l.xmax
+      SELECT CASE WHEN pgfence.lease_live_until(l) > clock_timestamp()
+                  THEN extract(epoch FROM pgfence.lease_live_until(l) - clock_timestamp()) * 1000 END, l.xmax
         INTO lease_left_ms, changed_by
         FROM pgfence.leases l WHERE l.key = p_key;
       IF FOUND AND changed_by <> '0'::xid AND current_setting('transaction_isolation') <> 'read committed'

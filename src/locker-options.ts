@@ -31,6 +31,11 @@ export interface LockerOptions {
    * server's lock table, max_locks_per_transaction x (max_connections + max_prepared_transactions).
    */
   maxHeldLocks?: number;
+  /**
+   * A locker holding and waiting for nothing closes its last connection after this long unused
+   * (opened again on the next call); default 30000. Infinity keeps it open.
+   */
+  idleTimeoutMs?: number;
   /** Loss-detection cadence; default 5000. Probes get max(2 x keepaliveMs, 2000 ms) to answer. */
   keepaliveMs?: number;
   /** Default acquire wait; default 10000. */
@@ -46,6 +51,7 @@ const LOCKER_OPTION_KEYS = optionKeys<LockerOptions>({
   namespace: true,
   maxSessions: true,
   maxHeldLocks: true,
+  idleTimeoutMs: true,
   keepaliveMs: true,
   defaultTimeoutMs: true,
   logger: true,
@@ -61,6 +67,7 @@ export interface ResolvedLockerOptions {
   maxSessions: number;
   /** undefined: a share of the server's lock table, learnt from the first session. */
   maxHeldLocks: number | undefined;
+  idleTimeoutMs: number;
   keepaliveMs: number;
   /** How long a probe, a statement or a connect may take before its session counts as lost. */
   deadlineMs: number;
@@ -87,6 +94,7 @@ export function resolveLockerOptions(options: LockerOptions | undefined): Resolv
   }
   if (o.namespace !== undefined) nameToBytes('namespace', o.namespace);
   const keepaliveMs = o.keepaliveMs === undefined ? 5000 : durationMs(o.keepaliveMs, 'keepaliveMs', { min: 10 });
+  const idleTimeoutMs = o.idleTimeoutMs === undefined ? 30_000 : durationMs(o.idleTimeoutMs, 'idleTimeoutMs', { allowInfinity: true });
   const maxSessions = o.maxSessions === undefined ? 2 : positiveInteger(o.maxSessions, 'maxSessions', 64);
   const defaultTimeoutMs =
     o.defaultTimeoutMs === undefined ? 10_000 : durationMs(o.defaultTimeoutMs, 'defaultTimeoutMs', { allowInfinity: true });
@@ -101,6 +109,7 @@ export function resolveLockerOptions(options: LockerOptions | undefined): Resolv
     namespace: o.namespace,
     maxSessions,
     maxHeldLocks: o.maxHeldLocks === undefined ? undefined : positiveInteger(o.maxHeldLocks, 'maxHeldLocks', 100_000_000),
+    idleTimeoutMs,
     keepaliveMs,
     deadlineMs: Math.max(2 * keepaliveMs, 2000),
     defaultTimeoutMs,

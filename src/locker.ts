@@ -1,14 +1,14 @@
 import { EventEmitter } from 'node:events';
-import { acquireAll, type AcquireOptions, acquireRequest, type AcquireRequest, AdvisoryLockManager, type CompositeLockHandle, type FencedAcquireOptions, leaderGuardRequest, LockBudget, openSemaphore, type Semaphore, SemaphoreManager, type SemaphoreOptions, sessionLockStatements, tryAcquireRequest, warmGuardSql } from './advisory/index.js';
+import { acquireAll, type AcquireOptions, acquireRequest, type AcquireRequest, AdvisoryLockManager, type CompositeLockHandle, type FencedAcquireOptions, leaderGuardRequest, LockBudget, type Semaphore, SemaphoreManager, type SemaphoreOptions, sessionLockStatements, tryAcquireRequest, warmGuardSql } from './advisory/index.js';
 import type { FencedLockHandle, LockHandle } from './core/index.js';
 import { LockerParts } from './locker-parts.js';
 import { resolveLock, type LockName } from './keys.js';
-import { LeaderCampaign, type LeaderElection, type LeaseHandle, LeaseManager, type LeaseOptions, leaseRequest, startCampaign, tryLeaseRequest } from './lease/index.js';
+import { LeaderCampaign, type LeaderElection, type LeaseHandle, LeaseManager, type LeaseOptions, leaseRequest, openSemaphoreOf, startCampaign, tryLeaseRequest } from './lease/index.js';
 import { resolveLockerOptions, type LockerOptions } from './locker-options.js';
 import { PgLockerContext } from './locker-context.js';
 import { inspectDatabase, type LockerEvents, type LockerStats, type LockReport, NameRegistry, Observer, type OwnLocks, reportBounce } from './observe/index.js';
 import { callback } from './options.js';
-import { ConnectionSource, deadClientBounds, PinnedSessionSettings, ReleaseListener, SessionPool } from './session/index.js';
+import { ConnectionSource, deadClientBounds, PinnedSessionSettings, ReleaseListener, SessionPool, ShortStatements } from './session/index.js';
 
 export type { AcquireOptions, FencedAcquireOptions, LeaseOptions, LockerOptions };
 
@@ -213,6 +213,7 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
   private readonly ctx: PgLockerContext;
   private readonly source: ConnectionSource;
   private readonly sessions: SessionPool;
+  private readonly statements: ShortStatements;
   private readonly listener: ReleaseListener;
   private readonly parts = new LockerParts();
   private readonly locks: AdvisoryLockManager;
@@ -239,29 +240,29 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
         connectionString: opts.connectionString,
         pool: opts.pool,
         directConnectionString: opts.directConnectionString,
-        // The sessions, the waiter session, the release listener, and two for short statements (leases, inspect).
-        poolSize: opts.maxSessions + 4,
+        // The sessions, the waiter session, and two for what goes through the pool (behind a transaction pooler; a cancel).
+        poolSize: opts.maxSessions + 3,
         connectTimeoutMs: deadlineMs,
         pinnedSettings,
       },
       logger,
     );
-    // Names go out on the waiter session while it is idle (no connection of their own), else through the pool.
-    this.names = new NameRegistry(
-      (text, values) => this.sessions.idleWaiter()?.statement(text, values) ?? this.source.pool.query(text, values),
-      logger,
-    );
-    this.ctx = new PgLockerContext(this, opts, this.source, budget, this.names, () => this.closing !== null);
-    this.observer = new Observer(this, logger, opts.meter, () => this.stats().held);
-    this.listener = new ReleaseListener(this.source, { keepaliveMs, deadlineMs, logger }, (key) => this.parts.onRelease(key));
     this.sessions = new SessionPool(
       this.source,
-      { size: opts.maxSessions, keepaliveMs, deadlineMs, logger, statements: sessionLockStatements, warmWaiter: warmGuardSql },
+      { size: opts.maxSessions, keepaliveMs, deadlineMs, idleTimeoutMs: opts.idleTimeoutMs, logger, statements: sessionLockStatements, warmWaiter: warmGuardSql },
       (session, err) => this.parts.onSessionLost(session, err),
     );
+    // Lease statements, names and inspect go on the home session (no connection of their own).
+    this.statements = new ShortStatements(this.source, this.sessions);
+    this.names = new NameRegistry((text, values) => this.statements.query(text, values), logger);
+    this.ctx = new PgLockerContext(this, opts, this.source, budget, this.names, () => this.closing !== null);
+    this.observer = new Observer(this, logger, opts.meter, () => this.stats().held);
+    this.listener = new ReleaseListener(this.sessions, logger, (key) => this.parts.onRelease(key));
     this.locks = this.parts.add(new AdvisoryLockManager(this.sessions, this.listener, this.observer, deadlineMs));
-    this.sessions.waiterInUse = () => this.locks.usesWaiterSession();
-    this.leases = this.parts.add(new LeaseManager(this.source, this.sessions, this.listener, this.observer, this.locks.waiterQueue));
+    this.sessions.waiterBlocked = () => this.locks.waiterBlocked();
+    this.sessions.needed = () => this.parts.held > 0 || this.parts.waiting > 0;
+    this.sessions.waiting = () => this.parts.waiting > 0;
+    this.leases = this.parts.add(new LeaseManager(this.statements, this.sessions, this.listener, this.observer, (key) => this.locks.pinsKey(key), this.locks.waiterQueue));
     this.semaphores = this.parts.add(new SemaphoreManager(this.sessions, this.listener, this.observer));
   }
 
@@ -345,7 +346,7 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
   }
 
   semaphore(name: LockName, opts: SemaphoreOptions): Semaphore {
-    return openSemaphore(this.ctx, this.semaphores, name, opts);
+    return openSemaphoreOf(this.ctx, { advisory: this.semaphores, leases: this.leases }, name, opts);
   }
 
   leader(name: LockName, opts?: Omit<LeaseOptions, 'timeoutMs' | 'allowNested'>): LeaderElection {
@@ -362,7 +363,7 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
     await this.names.flush();
     const own: OwnLocks = new Map();
     this.parts.ownLocks(own);
-    return inspectDatabase(this.source.pool, own);
+    return inspectDatabase(this.statements, own);
   }
 
   stats(): LockerStats {
@@ -370,7 +371,7 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
       ...this.observer.counters(),
       held: this.parts.held,
       waiting: this.parts.waiting,
-      sessions: this.sessions.live().length,
+      sessions: this.sessions.sessions().length,
     };
   }
 

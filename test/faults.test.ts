@@ -124,10 +124,11 @@ describe('the release listener behind a stalled network', () => {
       const holder = track(createLocker({ connectionString: migrated.url }));
       const lease = await holder.lease('fault:listener', { ttlMs: 60_000 });
       const waiting = waiter.lease('fault:listener', { timeoutMs: 30_000 }).catch((err: unknown) => err);
-      // A waiting lease listens first, then announces itself with a marker: the listener is up.
+      // A waiting lease listens first (on the home session), then announces itself with a marker: LISTEN is in effect.
       await eventually(async () => (await markersOf(migrated.url, lease.key)) > 0, 15_000, 'the wait to be announced');
       proxy.stall();
-      await eventually(() => entries.some((e) => e.level === 'warn' && /release listener lost/.test(e.msg)), 15_000, 'the listener to be given up');
+      // LISTEN lives on the home session: its probe gives up at its deadline, and the session with it.
+      await eventually(() => entries.some((e) => e.level === 'warn' && /session lost/.test(e.msg)), 15_000, 'the listening session to be given up');
       expect(pgDeprecationWarnings.map((w) => w.message)).toEqual([]);
       proxy.heal();
       await lease.release();

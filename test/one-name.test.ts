@@ -104,6 +104,22 @@ describe('a session lock and a lease of one name', () => {
     await lease.release();
   });
 
+  it('within one locker (its leases go on the backend that holds its session locks): a held session lock keeps its own leases out', async () => {
+    const locker = open();
+    for (const mode of ['exclusive', 'shared'] as const) {
+      const name = `one:same-locker:${mode}`;
+      const held = await locker.acquire(name, { mode });
+      expect(await locker.tryLease(name)).toBeNull();
+      expect(await leaseLive(name)).toBe(false);
+      const waiting = locker.lease(name, { timeoutMs: 30_000 });
+      await eventually(() => locker.stats().waiting === 1, 15_000, 'the lease to wait');
+      expect(await held.release()).toBe(true);
+      const lease = await waiting;
+      expect(await locker.tryAcquire(name, { mode })).toBeNull();
+      await lease.release();
+    }
+  });
+
   it('a held session lock keeps leases out, exclusive and shared; after its release a waiting lease gets in', async () => {
     const locker = open();
     const leaser = open();

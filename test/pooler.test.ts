@@ -4,7 +4,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLocker, fencedUpdate, migrate, PooledConnectionError, xactLock, tryXactLock } from '../src/index.js';
 import { capabilityMissing } from './support/capability.js';
-import { appName, track, useTestDatabase } from './support/db.js';
+import { appName, sleep, track, useTestDatabase } from './support/db.js';
 import { type Bouncer, pgbouncerUnavailable, startPgBouncer } from './support/pgbouncer.js';
 
 /**
@@ -51,28 +51,63 @@ describe.skipIf(skipped)('behind PgBouncer', () => {
     expect((await migrate({ connectionString: tx.url(db.url) })).applied).toEqual([]);
   });
 
-  it('session locks, semaphores and leader election are refused with PGFENCE_POOLED_CONNECTION', async () => {
+  it('session locks are refused with PGFENCE_POOLED_CONNECTION, naming the kinds that work through the pooler', async () => {
     const locker = track(createLocker({ connectionString: tx.url(db.url) }));
     const first = await locker.acquire('pool:session').catch((e: unknown) => e);
     expect(first).toBeInstanceOf(PooledConnectionError);
     expect((first as PooledConnectionError).code).toBe('PGFENCE_POOLED_CONNECTION');
-    expect((first as Error).message).toMatch(/directConnectionString/);
-    expect((first as Error).message).toMatch(/xactLock/);
+    for (const named of [/directConnectionString/, /xactLock/, /leases/, /semaphores/, /leader election/]) expect((first as Error).message).toMatch(named);
     await expect(locker.tryAcquire('pool:session')).rejects.toBeInstanceOf(PooledConnectionError);
-    await expect(locker.semaphore('pool:sem', { permits: 2 }).acquire()).rejects.toBeInstanceOf(PooledConnectionError);
-    expect(() => locker.leader('pool:leader')).toThrow(PooledConnectionError);
+    await expect(locker.acquireAll(['pool:a', 'pool:b'])).rejects.toBeInstanceOf(PooledConnectionError);
     // Nothing was left on the pooled server connections.
     const { rows } = await pooled(db.url, 1).query(`SELECT count(*)::int AS n FROM pg_locks
         WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`);
     expect(rows[0].n).toBe(0);
   });
 
-  it("a fresh locker's first leader election behind the pooler ends with PGFENCE_POOLED_CONNECTION (no endless retry)", async () => {
-    const locker = track(createLocker({ connectionString: tx.url(db.url) }));
-    const election = locker.leader('pool:leader:first');
-    await expect(election.whenElected()).rejects.toBeInstanceOf(PooledConnectionError);
-    expect(election.isLeader).toBe(false);
-  });
+  it('semaphores work through the pooler (lease-backed permits, the default there): never more holders than permits', async () => {
+    const lockers = [0, 1].map(() => track(createLocker({ connectionString: tx.url(db.url) })));
+    let inside = 0;
+    let maxInside = 0;
+    let allInside!: () => void;
+    const twoInside = new Promise<void>((resolve) => (allInside = resolve));
+    await Promise.all(
+      Array.from({ length: 16 }, async (_, w) => {
+        const sem = lockers[w % 2]!.semaphore('pool:sem', { permits: 2 });
+        await sem.withPermit(
+          async (permit) => {
+            expect(permit.token).toBeTypeOf('bigint');
+            inside++;
+            maxInside = Math.max(maxInside, inside);
+            if (inside === 2) allInside();
+            await Promise.race([twoInside, sleep(10_000)]);
+            inside--;
+          },
+          { timeoutMs: 60_000 },
+        );
+      }),
+    );
+    expect(maxInside).toBe(2);
+    // No advisory lock is left (or was ever kept) on the shared server connections.
+    const { rows } = await pooled(db.url, 1).query(`SELECT count(*)::int AS n FROM pg_locks
+        WHERE locktype = 'advisory' AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`);
+    expect(rows[0].n).toBe(0);
+  }, 90_000);
+
+  it('leader election works through the pooler (lease-only): one leader, the next elected once it resigns', async () => {
+    const [a, b] = [0, 1].map(() => track(createLocker({ connectionString: tx.url(db.url) })));
+    const ea = a!.leader('pool:leader', { ttlMs: 2000 });
+    const epochA = await ea.whenElected({ signal: AbortSignal.timeout(20_000) });
+    const eb = b!.leader('pool:leader', { ttlMs: 2000 });
+    // b campaigns for longer than a's lease TTL: a renews, and b is never elected meanwhile.
+    await expect(eb.whenElected({ signal: AbortSignal.timeout(3000) })).rejects.toThrow();
+    expect(ea.isLeader).toBe(true);
+    expect(eb.isLeader).toBe(false);
+    await ea.resign();
+    const epochB = await eb.whenElected({ signal: AbortSignal.timeout(20_000) });
+    expect(epochB > epochA).toBe(true);
+    await eb.resign();
+  }, 60_000);
 
   it('a session-mode pooler keeps one backend per client: session locks work through it', async () => {
     const a = track(createLocker({ connectionString: session.url(db.url) }));

@@ -187,9 +187,9 @@ describe('leases and fenced locks through SQL and Node exclude each other and sh
     }
   });
 
-  it('refuses bad arguments with 22023 before touching anything', async () => {
+  it('refuses bad arguments (22023) and NULL ones (22004) before touching anything (more: sql-arguments.test.ts)', async () => {
     await expect(pool.query('SELECT * FROM pgfence.try_lease(1, 50)')).rejects.toMatchObject({ code: '22023' });
-    await expect(pool.query('SELECT * FROM pgfence.try_lease(NULL, 500)')).rejects.toMatchObject({ code: '22023' });
+    await expect(pool.query('SELECT * FROM pgfence.try_lease(NULL, 500)')).rejects.toMatchObject({ code: '22004' });
     await expect(pool.query('SELECT pgfence.release_lease(1, 1, -1)')).rejects.toMatchObject({ code: '22023' });
   });
 });

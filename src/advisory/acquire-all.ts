@@ -5,6 +5,7 @@ import { optionsObject } from '../options.js';
 import { ACQUIRE_OPTION_KEYS, acquireRequest, type AcquireOptions } from './acquire-options.js';
 import type { AcquireRequest, AdvisoryLockHandle } from './advisory-lock.js';
 import { CompositeLockHandle } from './composite-handle.js';
+import { BURST } from '../session/index.js';
 import type { AdvisoryLockManager } from './lock-manager.js';
 
 /**
@@ -16,7 +17,7 @@ import type { AdvisoryLockManager } from './lock-manager.js';
  * busy, the locks taken past it are given back and the call waits for that key holding only keys
  * before it (the canonical order again), then tries the rest at once, and so on.
  *
- * The locks go to the bulk slot's session (SessionPool.lockSessionFor), apart from where single
+ * The locks of a large set (more than BURST keys) go to the bulk slot's session (SessionPool.lockSessionFor), apart from where single
  * acquires go once many are held there.
  */
 export async function acquireAll(
@@ -55,7 +56,8 @@ async function takeAll(
 ): Promise<CompositeLockHandle> {
   const deadline = template.timeoutMs === Infinity ? Infinity : performance.now() + template.timeoutMs;
   const held: AdvisoryLockHandle[] = [];
-  const bulk: AcquireRequest = { ...template, bulk: true };
+  // A few keys stay where single acquires go (one connection under ordinary load); many go to the bulk slot.
+  const bulk: AcquireRequest = { ...template, bulk: ordered.length > BURST };
   const acquire = (target: LockTarget, timeoutMs: number) =>
     refusedIfPooled(locks.acquire({ ...bulk, target, timeoutMs }, true)) as Promise<AdvisoryLockHandle | null>;
   try {

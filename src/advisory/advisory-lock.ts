@@ -14,7 +14,7 @@ export interface AcquireRequest {
   fencing: boolean;
   /** How events and metrics report it: 'leader' for a leader election's session guard; default 'lock'. */
   kind?: 'lock' | 'leader';
-  /** Part of an acquireAll: tried on the bulk slot's session (SessionPool.lockSessionFor). */
+  /** Part of a large acquireAll: tried on the bulk slot's session (SessionPool.lockSessionFor). */
   bulk?: boolean;
 }
 

@@ -31,8 +31,6 @@ export class BlockingWait implements WaiterQueue {
     /** Extra time a blocked wait's answer may take beyond its lock_timeout. */
     private readonly deadlineMs: number,
     private readonly closed: () => boolean,
-    /** A lock of this locker lives on the waiter session (a wait must never block a release). */
-    private readonly holdsOnWaiterSession: () => boolean,
   ) {}
 
   /** Waits for `request`'s key for at most remainingMs, or null when the waiter session is not free. */
@@ -65,7 +63,8 @@ export class BlockingWait implements WaiterQueue {
    * when the waiter session is not free now.
    */
   run<R>(statement: StatementText, params: unknown[], remainingMs: number, cancel: AbortSignal): { session: Session; rows: Promise<R[]> } | null {
-    if (this.active || this.closed() || this.holdsOnWaiterSession()) return null;
+    // A lock of this locker lives on the waiter session: a wait there would hold up its release.
+    if (this.active || this.closed() || this.sessions.waiterHolds()) return null;
     let session: Session;
     try {
       session = this.sessions.waiterSession();

@@ -24,10 +24,8 @@ export interface KeyLockContext {
   readonly blocking: BlockingWait;
   newHandle(request: AcquireRequest, session: Session, token: bigint | null): AdvisoryLockHandle;
   expire(handle: AdvisoryLockHandle): void;
-  /** `n` more (or fewer) holders, on the session of that id. */
-  heldDelta(n: number, sessionId: number): void;
-  /** One more (or one fewer) key held on the waiter session (a wait must never block a release there). */
-  waiterHoldsDelta(n: 1 | -1): void;
+  /** `n` more (or fewer) holders. */
+  heldDelta(n: number): void;
   idle(lock: KeyLock): void;
 }
 
@@ -41,8 +39,6 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
   heldMode: LockMode | null = null;
   /** The session that holds it. */
   session: Session | null = null;
-  /** The hold is on the waiter session (counted by the manager). */
-  private heldOnWaiter = false;
   readonly holders = new Set<AdvisoryLockHandle>();
   /** release() calls waiting for the unlock to complete. */
   private releaseWaiters: { handle: AdvisoryLockHandle; resolve: (released: boolean) => void }[] = [];
@@ -231,11 +227,17 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
     this.ctx.observer.lost(handle, handle.holdMs, reason, err);
   }
 
-  /** Sets (or clears) the server hold; the manager counts holds on the waiter session from here, not by a scan. */
+  /**
+   * Sets (or clears) the server hold; the session pool counts holds per session from here, not by a scan
+   * (until the unlock is done: a blocking wait must not go to a session with an unlock still to send).
+   */
   private hold(mode: LockMode | null, session: Session | null): void {
-    const onWaiter = mode !== null && this.ctx.sessions.isWaiterSession(session);
-    if (onWaiter !== this.heldOnWaiter) this.ctx.waiterHoldsDelta(onWaiter ? 1 : -1);
-    this.heldOnWaiter = onWaiter;
+    const before = this.heldMode !== null ? this.session : null;
+    const after = mode !== null ? session : null;
+    if (before !== after) {
+      if (before) this.ctx.sessions.noteHolds(before.id, -1);
+      if (after) this.ctx.sessions.noteHolds(after.id, 1);
+    }
     this.heldMode = mode;
     this.session = session;
   }
@@ -243,14 +245,14 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
   private addHolder(request: AcquireRequest, token: bigint | null): AdvisoryLockHandle {
     const handle = this.ctx.newHandle(request, this.session!, token);
     this.holders.add(handle);
-    this.ctx.heldDelta(1, handle.sessionId);
+    this.ctx.heldDelta(1);
     return handle;
   }
 
   private dropHolder(handle: AdvisoryLockHandle): void {
     if (!this.holders.delete(handle)) return;
     handle.cancelTtl?.();
-    this.ctx.heldDelta(-1, handle.sessionId);
+    this.ctx.heldDelta(-1);
   }
 
   private unlock(): Promise<void> {

@@ -29,9 +29,6 @@ export class AdvisoryLockManager {
   private readonly locks = new Map<bigint, KeyLock>();
   private readonly context: KeyLockContext;
   private heldCount = 0;
-  private readonly holdsOnWaiterSession: () => boolean;
-  /** Keys held on the waiter session now (KeyLock.hold keeps it). */
-  private waiterHolds = 0;
   closed = false;
 
   constructor(
@@ -41,8 +38,7 @@ export class AdvisoryLockManager {
     /** Extra time a blocked wait's answer may take beyond its lock_timeout. */
     private readonly deadlineMs: number,
   ) {
-    this.holdsOnWaiterSession = () => this.waiterHolds > 0;
-    const blocking = new BlockingWait(sessions, deadlineMs, () => this.closed, this.holdsOnWaiterSession);
+    const blocking = new BlockingWait(sessions, deadlineMs, () => this.closed);
     const manager = this;
     this.context = {
       sessions,
@@ -57,12 +53,8 @@ export class AdvisoryLockManager {
       newHandle: (request, session, token) =>
         new AdvisoryLockHandle(this, request.target.name, request.target.key, request.mode, token, session.id, request.kind),
       expire: (handle) => this.expire(handle),
-      heldDelta: (n, sessionId) => {
+      heldDelta: (n) => {
         this.heldCount += n;
-        sessions.noteHolds(sessionId, n);
-      },
-      waiterHoldsDelta: (n) => {
-        this.waiterHolds += n;
       },
       idle: (lock) => this.forgetIfIdle(lock),
     };
@@ -159,9 +151,15 @@ export class AdvisoryLockManager {
     return this.context.blocking;
   }
 
-  /** A wait is blocked on the waiter session, or a lock granted there is held (the pool must not close it). */
-  usesWaiterSession(): boolean {
-    return this.context.blocking.active || this.holdsOnWaiterSession();
+  /** This locker holds the key, or has an operation for it in flight or waiting (it may be granted at any moment). */
+  pinsKey(key: bigint): boolean {
+    const lock = this.locks.get(key);
+    return lock !== undefined && (lock.heldMode !== null || lock.releasing || !lock.line.quiet);
+  }
+
+  /** A wait is blocked on the waiter session (the pool must not close it). */
+  waiterBlocked(): boolean {
+    return this.context.blocking.active;
   }
 
   /** This locker's held locks, by backend pid and key, with their earliest grant. */

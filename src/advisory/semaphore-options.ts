@@ -24,9 +24,7 @@ interface SemaphoreSpec {
  * at once, each acquire's options as it is called.
  */
 export function openSemaphore(ctx: LockerContext, manager: SemaphoreManager, name: LockName, opts: SemaphoreOptions): Semaphore {
-  const o = optionsObject<SemaphoreOptions>(opts, 'semaphore options', SEMAPHORE_OPTION_KEYS);
-  const target = resolveLock(name, ctx.namespace);
-  const permits = positiveInteger(o.permits, 'permits', 10_000);
+  const { target, permits } = semaphoreOptions(ctx, name, opts);
   const { baseKey, slots } = semaphoreKeys(target, permits);
   if (target.name !== null) {
     ctx.noteName(baseKey, `${target.name} (semaphore)`);
@@ -47,6 +45,27 @@ export function openSemaphore(ctx: LockerContext, manager: SemaphoreManager, nam
   };
 }
 
+/** A semaphore's options and target, checked before any I/O (ttlMs: undefined when not given). */
+export function semaphoreOptions(ctx: LockerContext, name: LockName, opts: SemaphoreOptions): { target: LockTarget; permits: number; ttlMs: number | undefined } {
+  const o = optionsObject<SemaphoreOptions>(opts, 'semaphore options', SEMAPHORE_OPTION_KEYS);
+  const target = resolveLock(name, ctx.namespace);
+  const permits = positiveInteger(o.permits, 'permits', 10_000);
+  const ttlMs = o.ttlMs === undefined ? undefined : durationMs(o.ttlMs, 'ttlMs', { min: 100, integer: true });
+  return { target, permits, ttlMs };
+}
+
+/** One semaphore acquire's options, checked before any I/O. */
+export function semaphoreAcquireOptions(
+  ctx: LockerContext,
+  opts: SemaphoreAcquireOptions | undefined,
+  method: 'acquire' | 'tryAcquire',
+): { timeoutMs: number; signal: AbortSignal | undefined; allowNested: unknown } {
+  let a = optionsObject<SemaphoreAcquireOptions>(opts, `${method} options`, SEMAPHORE_ACQUIRE_OPTION_KEYS);
+  if (method === 'tryAcquire') a = singleAttempt(a, 'tryAcquire', 'acquire');
+  const timeoutMs = a.timeoutMs === undefined ? ctx.defaultTimeoutMs : durationMs(a.timeoutMs, 'timeoutMs', { allowInfinity: true });
+  return { timeoutMs, signal: abortSignal(a.signal), allowNested: a.allowNested };
+}
+
 /** One acquire's request, checked before any I/O: its options, nesting, the pooler refusal, the lock budget. */
 function permitRequest(
   ctx: LockerContext,
@@ -54,11 +73,9 @@ function permitRequest(
   opts: SemaphoreAcquireOptions | undefined,
   method: 'acquire' | 'tryAcquire',
 ): PermitRequest {
-  let a = optionsObject<SemaphoreAcquireOptions>(opts, `${method} options`, SEMAPHORE_ACQUIRE_OPTION_KEYS);
-  if (method === 'tryAcquire') a = singleAttempt(a, 'tryAcquire', 'acquire');
-  const timeoutMs = a.timeoutMs === undefined ? ctx.defaultTimeoutMs : durationMs(a.timeoutMs, 'timeoutMs', { allowInfinity: true });
-  const request: PermitRequest = { ...spec, timeoutMs, signal: abortSignal(a.signal) };
-  ctx.checkNesting(spec.target, a.allowNested, 'semaphore', timeoutMs);
+  const { timeoutMs, signal, allowNested } = semaphoreAcquireOptions(ctx, opts, method);
+  const request: PermitRequest = { ...spec, timeoutMs, signal };
+  ctx.checkNesting(spec.target, allowNested, 'semaphore', timeoutMs);
   if (ctx.refusal) throw ctx.refusal;
   ctx.checkBudget(spec.target);
   return request;

@@ -9,8 +9,15 @@ import { type Attempt, type AttemptPhase, closedError, type LineRequest, WaitLin
 export interface SemaphoreOptions {
   /** How many holders at most, across every process. Use the same number everywhere for a name. */
   permits: number;
+  /**
+   * Lease-backed permits: each a lease with this TTL on the database clock (at least 100), renewed
+   * every ttlMs / 3, with its own fencing token, freed at its TTL when its holder dies. The default on
+   * a locker behind a transaction pooler (15000 there); without it, direct lockers use advisory permits.
+   * Mixed fleets: give every instance the same choice (the two kinds of permits do not see each other).
+   */
+  ttlMs?: number;
 }
-export const SEMAPHORE_OPTION_KEYS = optionKeys<SemaphoreOptions>({ permits: true });
+export const SEMAPHORE_OPTION_KEYS = optionKeys<SemaphoreOptions>({ permits: true, ttlMs: true });
 
 export interface SemaphoreAcquireOptions {
   timeoutMs?: number;
@@ -140,6 +147,7 @@ export class SemaphoreManager {
       this.lostOnRelease(handle, err);
       return false;
     } finally {
+      this.sessions.noteHolds(handle.session.id, -1);
       this.lines.wake(handle.baseKey);
     }
   }
@@ -152,6 +160,7 @@ export class SemaphoreManager {
 
   private lose(handle: PermitHandle, cause: Error): void {
     if (!this.holding.delete(handle)) return;
+    this.sessions.noteHolds(handle.session.id, -1);
     const err = new LockLostError(handle.name, handle.key, 'session-lost', { cause });
     if (!handle.markLost(err)) return;
     this.observer.lost(handle, handle.holdMs, 'session-lost', err);
@@ -179,6 +188,7 @@ export class SemaphoreManager {
     if (rows.length === 0) return { busy: true };
     const handle = new PermitHandle(this, request, BigInt(rows[0]!.slot), session);
     this.holding.add(handle);
+    this.sessions.noteHolds(session.id, 1);
     return { granted: handle };
   }
 

@@ -9,6 +9,7 @@
 
 import { performance } from 'node:perf_hooks';
 import { createInterface } from 'node:readline';
+import { cpuUs } from './timing.js';
 
 interface BurstTask {
   kind: 'burst';
@@ -34,12 +35,18 @@ export interface BurstResult {
   importMs: number;
   burstMs: number;
   grants: number;
+  /** This process's CPU (user + system, µs) while loading the modules, and during the burst. */
+  importCpuUs: number;
+  burstCpuUs: number;
 }
 
 export interface ContendResult {
   grants: number;
   windowMs: number;
+  /** This process's CPU (µs) over the counting window. */
+  cpuUs: number;
 }
+
 
 /** Acquire once, return the release; opened lazily, as an application would. */
 type Holder = { acquire(): Promise<() => Promise<unknown>>; close(): Promise<unknown> };
@@ -75,11 +82,13 @@ async function holders(side: 'pgfence' | 'pg', url: string, name: string, key: s
 }
 
 async function burst(t: BurstTask): Promise<BurstResult> {
+  const cpu0 = process.cpuUsage();
   const t0 = performance.now();
   // Load the modules first (timed apart), then start the clock on fresh lockers or connections.
   if (t.side === 'pgfence') await import('../locker.js');
   else await import('pg');
   const t1 = performance.now();
+  const cpu1 = process.cpuUsage();
   const hs = await holders(t.side, t.url, t.name, t.key, t.workers);
   let grants = 0;
   await Promise.all(
@@ -92,8 +101,9 @@ async function burst(t: BurstTask): Promise<BurstResult> {
     }),
   );
   const t2 = performance.now();
+  const burstCpuUs = cpuUs(process.cpuUsage(cpu1));
   await Promise.all(hs.map((h) => h.close()));
-  return { importMs: t1 - t0, burstMs: t2 - t1, grants };
+  return { importMs: t1 - t0, burstMs: t2 - t1, grants, importCpuUs: cpuUs(cpu1) - cpuUs(cpu0), burstCpuUs };
 }
 
 async function contend(t: ContendTask): Promise<ContendResult> {
@@ -107,15 +117,20 @@ async function contend(t: ContendTask): Promise<ContendResult> {
   const end = start + t.measureMs;
   const stopAt = end + 300; // keep contending a little past the window: no process ends it uncontended
   let grants = 0;
+  let cpuAtStart: NodeJS.CpuUsage | null = null;
+  let cpuInWindow = 0;
   for (;;) {
     const release = await h!.acquire();
     const now = performance.now();
-    if (now >= start && now < end) grants++;
+    if (now >= start && now < end) {
+      cpuAtStart ??= process.cpuUsage();
+      grants++;
+    } else if (now >= end && cpuAtStart && cpuInWindow === 0) cpuInWindow = cpuUs(process.cpuUsage(cpuAtStart));
     await release();
     if (now >= stopAt) break;
   }
   await h!.close();
-  return { grants, windowMs: t.measureMs };
+  return { grants, windowMs: t.measureMs, cpuUs: cpuInWindow };
 }
 
 const task = JSON.parse(process.argv[2] ?? '{}') as BurstTask | ContendTask;

@@ -52,6 +52,10 @@ export interface Row {
   target: string;
   /** Against the target; null for rows without one. */
   met: boolean | null;
+  /** pgfence's CPU per operation in the measuring process (µs), or per process summed where it says so. */
+  cpu: string;
+  /** The baseline's, measured the same way. */
+  baselineCpu: string;
 }
 
 export class BenchContext {
@@ -69,7 +73,7 @@ export class BenchContext {
   ) {}
 
   row(r: Partial<Row> & { measurement: string }): void {
-    this.rows.push({ pgfence: '', baseline: '', ratio: '', range: '', target: '', met: null, ...r });
+    this.rows.push({ pgfence: '', baseline: '', ratio: '', range: '', target: '', met: null, cpu: '', baselineCpu: '', ...r });
   }
 
   note(text: string): void {

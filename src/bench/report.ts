@@ -2,7 +2,7 @@
 
 import { table } from '../core/index.js';
 import type { BenchContext, Row } from './context.js';
-import { fmt, type Spread } from './stats.js';
+import { fmt, median, type Spread } from './stats.js';
 
 interface Target {
   text: string;
@@ -14,8 +14,16 @@ export const atLeast = (x: number): Target => ({ text: `>= ${x.toFixed(2)}x`, me
 /** pgfence over baseline, lower is better (times, costs). */
 export const atMost = (x: number): Target => ({ text: `<= ${x.toFixed(2)}x`, met: (r) => r <= x });
 
+/** CPU µs per operation of each side (every round's or sample's): the columns show their medians. */
+export interface CpuPair {
+  pgfence: readonly number[];
+  baseline: readonly number[];
+}
+
+export const cpuColumns = (cpu?: CpuPair) => (cpu ? { cpu: fmt.cpu(median(cpu.pgfence)), baselineCpu: fmt.cpu(median(cpu.baseline)) } : {});
+
 /** A rate comparison: medians of each side, the median of per-round ratios and their min..max. */
-export function rateRow(ctx: BenchContext, measurement: string, pgfence: number, baseline: number, ratio: Spread, target?: Target): void {
+export function rateRow(ctx: BenchContext, measurement: string, pgfence: number, baseline: number, ratio: Spread, target?: Target, cpu?: CpuPair): void {
   ctx.row({
     measurement,
     pgfence: fmt.rate(pgfence),
@@ -23,11 +31,12 @@ export function rateRow(ctx: BenchContext, measurement: string, pgfence: number,
     ratio: fmt.ratio(ratio.median),
     range: fmt.range(ratio),
     ...(target ? { target: target.text, met: target.met(ratio.median) } : {}),
+    ...cpuColumns(cpu),
   });
 }
 
 /** A time comparison (lower is better): median times of each side, ratio pgfence / baseline. */
-export function timeRow(ctx: BenchContext, measurement: string, pgfence: Spread, baseline: Spread, ratio: Spread, target?: Target): void {
+export function timeRow(ctx: BenchContext, measurement: string, pgfence: Spread, baseline: Spread, ratio: Spread, target?: Target, cpu?: CpuPair): void {
   ctx.row({
     measurement,
     pgfence: fmt.ms(pgfence.median),
@@ -35,6 +44,7 @@ export function timeRow(ctx: BenchContext, measurement: string, pgfence: Spread,
     ratio: fmt.ratio(ratio.median),
     range: fmt.range(ratio),
     ...(target ? { target: target.text, met: target.met(ratio.median) } : {}),
+    ...cpuColumns(cpu),
   });
 }
 
@@ -42,8 +52,8 @@ const verdict = (met: boolean | null) => (met === null ? '' : met ? 'yes' : 'NO'
 
 export function renderTable(rows: readonly Row[]): string {
   return table(
-    ['measurement', 'pgfence', 'baseline', 'ratio', 'min..max', 'target', 'met'],
-    rows.map((r) => [r.measurement, r.pgfence, r.baseline, r.ratio, r.range, r.target, verdict(r.met)]),
-    { alignRight: [1, 2, 3, 4, 5] },
+    ['measurement', 'pgfence', 'baseline', 'ratio', 'min..max', 'target', 'met', 'CPU µs/op', 'baseline CPU'],
+    rows.map((r) => [r.measurement, r.pgfence, r.baseline, r.ratio, r.range, r.target, verdict(r.met), r.cpu, r.baselineCpu]),
+    { alignRight: [1, 2, 3, 4, 5, 7, 8] },
   );
 }

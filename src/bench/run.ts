@@ -13,6 +13,7 @@ import { redactUrl } from '../session/index.js';
 import { BenchContext, type BenchConfig } from './context.js';
 import { callers } from './measurements/callers.js';
 import { durable } from './measurements/durable.js';
+import { footprint } from './measurements/footprint.js';
 import { fresh } from './measurements/fresh.js';
 import { handoff } from './measurements/handoff.js';
 import { many } from './measurements/many.js';
@@ -45,6 +46,7 @@ export const MEASUREMENTS: readonly Measurement[] = [
   { n: 8, id: 'names', title: 'lock names visible to other processes', schema: true, run: names },
   { n: 9, id: 'wire', title: 'round trips and messages per operation', schema: true, run: wire },
   { n: 10, id: 'sql', title: 'the SQL interface from pgbench', schema: true, run: sqlInterface },
+  { n: 11, id: 'footprint', title: 'connections per locker, state by state', schema: true, run: footprint },
 ];
 
 /** Which measurements `--only` names: numbers or ids, comma-separated; null when it names none. */

@@ -42,6 +42,8 @@ export const fmt = {
   range: (s: Spread) => (s.n > 1 ? `${fmt.ratio(s.min)}..${fmt.ratio(s.max)}` : ''),
   pct: (x: number) => finite(x, (v) => `${(v * 100).toFixed(1)}%`),
   count: (x: number) => finite(x, (v) => (Number.isInteger(v) ? v.toLocaleString('en-US') : v.toFixed(2))),
+  /** CPU µs per operation. */
+  cpu: (x: number) => finite(x, (v) => (v < 100 ? v.toFixed(1) : Math.round(v).toLocaleString('en-US'))),
   bytes: (x: number) => finite(x, (v) => `${Math.round(v).toLocaleString('en-US')} B`),
   list: (xs: readonly number[], digits = 0) => xs.map((x) => (Number.isFinite(x) ? x.toFixed(digits) : '-')).join(', '),
 };

@@ -16,7 +16,15 @@ interface Throughput {
   /** Cycles per second. */
   rate: number;
   cycles: number;
+  /** This process's CPU time (user + system) per counted cycle, in µs, over the same window. */
+  cpuUsPerOp: number;
 }
+
+/** A process.cpuUsage() reading (or difference) as CPU µs, user + system. */
+export const cpuUs = (u: NodeJS.CpuUsage): number => u.user + u.system;
+
+/** This process's CPU µs since `from` (a process.cpuUsage() reading). */
+export const cpuUsSince = (from: NodeJS.CpuUsage): number => cpuUs(process.cpuUsage(from));
 
 /**
  * Runs `workers` loops of `cycle` for at least `ms` and at least `minCycles` cycles. The rate is the
@@ -28,6 +36,8 @@ export async function throughput(workers: number, ms: number, cycle: Cycle, minC
   let stop = false;
   let counted = 0;
   let lastAt = 0;
+  let cpuUs = 0;
+  const cpu0 = process.cpuUsage();
   const t0 = performance.now();
   const end = t0 + ms;
   const hardEnd = t0 + 3 * ms; // minCycles yields to this: a stalled side must not hold the run up
@@ -41,6 +51,7 @@ export async function throughput(workers: number, ms: number, cycle: Cycle, minC
       lastAt = performance.now();
       if (lastAt >= end && (counted >= minCycles || lastAt >= hardEnd)) {
         stop = true;
+        cpuUs = cpuUsSince(cpu0);
         resolveDone();
       }
     }
@@ -48,7 +59,8 @@ export async function throughput(workers: number, ms: number, cycle: Cycle, minC
   await Promise.race([done, Promise.all(loops)]);
   stop = true;
   await Promise.all(loops);
-  return { rate: counted === 0 ? 0 : (counted * 1000) / (lastAt - t0), cycles: counted };
+  if (cpuUs === 0) cpuUs = cpuUsSince(cpu0); // every loop ended without reaching the window's end
+  return { rate: counted === 0 ? 0 : (counted * 1000) / (lastAt - t0), cycles: counted, cpuUsPerOp: counted === 0 ? NaN : cpuUs / counted };
 }
 
 export interface Side {
@@ -62,6 +74,8 @@ interface Compared {
   rates: number[][];
   /** Per side: the median rate. */
   medians: number[];
+  /** Per side: this process's CPU µs per cycle, every round's. */
+  cpu: number[][];
   /** Per side after the first: the first side's rate over that side's, round by round. */
   firstOver: Spread[];
   rounds: number;
@@ -87,16 +101,20 @@ export async function compareThroughput(cfg: BenchConfig, sides: Side[], budgetM
   for (const s of sides) warm.push((await throughput(s.workers, cfg.warmupMs, s.cycle)).rate / s.workers);
   const { roundMs, rounds } = planRounds(cfg, Math.min(...warm), sides.length, budgetMs);
   const rates: number[][] = sides.map(() => []);
+  const cpu: number[][] = sides.map(() => []);
   for (let r = 0; r < rounds; r++) {
     for (let i = 0; i < sides.length; i++) {
       const k = (i + r) % sides.length; // rotate: no side always runs first
       const s = sides[k]!;
-      rates[k]!.push((await throughput(s.workers, roundMs, s.cycle, cfg.minCyclesPerWorker * s.workers)).rate);
+      const t = await throughput(s.workers, roundMs, s.cycle, cfg.minCyclesPerWorker * s.workers);
+      rates[k]!.push(t.rate);
+      cpu[k]!.push(t.cpuUsPerOp);
     }
   }
   return {
     rates,
     medians: rates.map(median),
+    cpu,
     firstOver: rates.slice(1).map((b) => pairedRatios(rates[0]!, b)),
     rounds,
     roundMs,
@@ -105,16 +123,20 @@ export async function compareThroughput(cfg: BenchConfig, sides: Side[], budgetM
 
 /**
  * One-shot samples of each side (e.g. a fresh locker's first acquire), interleaved: sample i of every
- * side is taken before sample i + 1 of any. Returns every side's samples in the order given.
+ * side is taken before sample i + 1 of any. Returns every side's samples in the order given, and
+ * every side's CPU µs of this process per sample (the whole sample, set-up included).
  */
-export async function interleavedSamples(count: number, sides: (() => Promise<number>)[]): Promise<number[][]> {
-  const out: number[][] = sides.map(() => []);
+export async function interleavedSamples(count: number, sides: (() => Promise<number>)[]): Promise<{ values: number[][]; cpuUs: number[][] }> {
+  const values: number[][] = sides.map(() => []);
+  const cpuUs: number[][] = sides.map(() => []);
   for (let i = 0; i < count; i++) {
     for (let j = 0; j < sides.length; j++) {
       const k = (j + i) % sides.length;
-      out[k]!.push(await sides[k]!());
+      const cpu0 = process.cpuUsage();
+      values[k]!.push(await sides[k]!());
+      cpuUs[k]!.push(cpuUsSince(cpu0));
     }
   }
-  return out;
+  return { values, cpuUs };
 }
 

@@ -11,7 +11,7 @@ import { booleanFlag, formatMs, numberFlag, type ParsedArgs } from './args.js';
 import { noPositionals, runCommand, type CommandSpec } from './command.js';
 import { databaseFlag, databaseHelp, databaseUrl } from './database.js';
 import { EXIT } from './exit-codes.js';
-import { sleep, table, toJson } from '../core/index.js';
+import { pgSqlExecutor, sleep, table, toJson } from '../core/index.js';
 import { ago, clip, errorText, shortDuration } from './format.js';
 
 const DEFAULT_INTERVAL_MS = 2000;
@@ -77,7 +77,7 @@ async function connectionKind(pool: pg.Pool): Promise<Pinning> {
 }
 
 async function once(pool: pg.Pool, args: ParsedArgs, connection: Pinning): Promise<number> {
-  const report = { ...(await inspectDatabase(pool)), connection };
+  const report = { ...(await inspectDatabase(pgSqlExecutor(pool))), connection };
   process.stdout.write(booleanFlag(args, 'json') ? `${toJson(report, 2)}\n` : `${renderReport(report)}\n`);
   return EXIT.OK;
 }
@@ -95,7 +95,7 @@ async function watch(pool: pg.Pool, args: ParsedArgs, connection: Pinning): Prom
     while (!stop.signal.aborted) {
       let text: string;
       try {
-        const report = { ...(await inspectDatabase(pool)), connection };
+        const report = { ...(await inspectDatabase(pgSqlExecutor(pool))), connection };
         text = json ? toJson(report) : renderReport(report);
         if (!json) text = `pgfence status, every ${formatMs(intervalMs)}, at ${report.at.toISOString()} (Ctrl-C to quit)\n\n${text}`;
       } catch (err) {

@@ -302,11 +302,11 @@ export class PooledConnectionError extends PgfenceError {
   constructor(via: 'connectionString' | 'directConnectionString') {
     super(
       'PGFENCE_POOLED_CONNECTION',
-      `session locks, semaphores and leader election need one PostgreSQL backend per connection, but ${via} goes through a ` +
-        'transaction- or statement-pooling proxy (PgBouncer?) that shares backends between clients. Fixes: pass ' +
-        'directConnectionString (straight to PostgreSQL, or a session-mode pool: used only for the locker\'s few pinned sessions, ' +
-        'everything else may still go through the pooler), or use xactLock()/tryXactLock() inside your transactions, or leases ' +
-        '(locker.lease()), which work through a pooler',
+      `session locks (acquire, tryAcquire, withLock, acquireAll) need one PostgreSQL backend per connection, but ${via} goes through a ` +
+        'transaction- or statement-pooling proxy (PgBouncer?) that shares backends between clients. What works through the pooler: ' +
+        'leases (locker.lease()), xactLock()/tryXactLock() inside your transactions, semaphores (lease-backed permits), ' +
+        'leader election (lease-only: failover at the lease TTL) and guarded writes. For session locks pass directConnectionString ' +
+        "(straight to PostgreSQL, or a session-mode pool: used only for the locker's few pinned sessions and LISTEN)",
     );
   }
 }

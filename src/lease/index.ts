@@ -2,3 +2,4 @@
 export * from './leader.js';
 export * from './lease-manager.js';
 export * from './lease-options.js';
+export * from './lease-semaphore.js';

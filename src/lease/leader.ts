@@ -10,8 +10,12 @@ import { LEADER_OPTION_KEYS, leaseRequest, type LeaseOptions } from './lease-opt
 /** What a leader election needs from its locker. */
 interface LeaderCampaignPorts {
   lease(signal: AbortSignal): Promise<LeaseHandle>;
-  /** A session lock whose loss ends the term (a killed backend, a lost network), named `name`. */
-  guard(key: bigint, name: string): Promise<LockHandle>;
+  /**
+   * A session lock whose loss ends the term (a killed backend, a lost network), named `name`; null
+   * behind a transaction pooler, where a term is the lease alone (a dead leader's successor is
+   * elected at its lease's TTL).
+   */
+  guard(key: bigint, name: string): Promise<LockHandle | null>;
   logger: Logger;
 }
 
@@ -81,7 +85,7 @@ const RETRY_MS = 250;
 /** What a locker.leader() campaign takes from its locker: its leases, and the session lock that guards a term. */
 interface LeaderLocks {
   lease(opts: LeaseOptions): Promise<LeaseHandle>;
-  guard: LeaderCampaignPorts['guard'];
+  guard(key: bigint, name: string): Promise<LockHandle>;
 }
 
 /** locker.leader(): its options checked before any I/O, then a campaign started. */
@@ -94,12 +98,18 @@ export function startCampaign(
   const o = optionsObject<LeaseOptions>(opts, 'leader options', LEADER_OPTION_KEYS);
   if (o.timeoutMs !== undefined) throw new InvalidArgumentError('timeoutMs', 'a candidate campaigns until it resigns; use whenElected({ signal })');
   const template = leaseRequest(ctx, name, { ...o, timeoutMs: Infinity, allowNested: true }, 'leader');
-  if (ctx.refusal) throw ctx.refusal; // its guard is a session lock
   ctx.checkOpen();
   const campaign = new LeaderCampaign(template.target, {
     // A campaign may start inside a lock callback: its own locks are not nested in it.
     lease: (signal) => locks.lease({ ...o, timeoutMs: Infinity, allowNested: true, signal: anySignal(signal, template.signal) }),
-    guard: locks.guard,
+    // Behind a transaction pooler a term is its lease alone: no session lock can be held there.
+    guard: async (key, guardName) => {
+      if (ctx.refusal) return null;
+      return locks.guard(key, guardName).catch((err: unknown) => {
+        if (err === ctx.refusal) return null;
+        throw err;
+      });
+    },
     logger: ctx.logger,
   });
   template.signal?.addEventListener('abort', () => void campaign.resign(), { once: true });
@@ -108,9 +118,7 @@ export function startCampaign(
 
 
 export class LeaderCampaign extends EventEmitter<LeaderEvents> implements LeaderElection {
-  /** Why the campaign ended by itself (it cannot run here), for whenElected(). */
-  private failure: Error | null = null;
-  private term: { epoch: bigint; lease: LeaseHandle; guard: LockHandle; controller: AbortController } | null = null;
+  private term: { epoch: bigint; lease: LeaseHandle; guard: LockHandle | null; controller: AbortController } | null = null;
   private readonly stop = new AbortController();
   /** Why the campaign stopped: resign(), or its locker closing. */
   private stopReason: 'resigned' | 'closed' = 'resigned';
@@ -144,9 +152,9 @@ export class LeaderCampaign extends EventEmitter<LeaderEvents> implements Leader
    */
   private currentTerm(): typeof this.term {
     const term = this.term;
-    if (term && (term.lease.signal.aborted || term.guard.signal.aborted)) {
+    if (term && (term.lease.signal.aborted || term.guard?.signal.aborted)) {
       // The abort listeners normally end the term already; this covers a listener not yet attached.
-      const lost = term.lease.signal.aborted ? term.lease.signal : term.guard.signal;
+      const lost = term.lease.signal.aborted || !term.guard ? term.lease.signal : term.guard.signal;
       this.endTerm((lost.reason as LockLostError).reason ?? 'session-lost', lost.reason);
     }
     return this.term;
@@ -168,7 +176,7 @@ export class LeaderCampaign extends EventEmitter<LeaderEvents> implements Leader
       };
       const onStop = () => {
         cleanup();
-        reject(signal?.aborted ? signal.reason : (this.failure ?? this.stoppedError('before this candidate was elected')));
+        reject(signal?.aborted ? signal.reason : this.stoppedError('before this candidate was elected'));
       };
       const cleanup = () => {
         this.off('elected', onElected);
@@ -217,41 +225,34 @@ export class LeaderCampaign extends EventEmitter<LeaderEvents> implements Leader
         await sleep(RETRY_MS, this.stop.signal);
         continue;
       }
-      let guard: LockHandle;
+      let guard: LockHandle | null;
       try {
         const name = `${this.target.name ?? `key ${this.target.key}`} (leader, epoch ${lease.token})`;
         guard = await this.ports.guard(internalKey('leader', String(this.target.key), String(lease.token)), name);
       } catch (err) {
         await lease.release();
         if (this.stop.signal.aborted) return;
-        if ((err as { code?: unknown }).code === 'PGFENCE_POOLED_CONNECTION') {
-          // Behind a transaction pooler the guard can never be held: the campaign ends, whenElected() says why.
-          this.failure = err as Error;
-          this.ports.logger.error({ err, lock: this.target.name }, 'pgfence: leader election refused behind a transaction pooler');
-          this.stop.abort();
-          return;
-        }
         this.ports.logger.warn({ err, lock: this.target.name }, 'pgfence: leader session unavailable; retrying');
         await sleep(RETRY_MS, this.stop.signal);
         continue;
       }
       const ended = this.beginTerm(lease, guard);
       await ended;
-      await Promise.all([guard.release(), lease.release()]);
+      await Promise.all([guard?.release(), lease.release()]);
       // Give the other candidates a moment before campaigning again.
       await sleep(RETRY_MS * (1 + Math.random()), this.stop.signal);
     }
   }
 
   /** Leads until the lease or the guard is lost, or resign(); resolves when the term has ended. */
-  private beginTerm(lease: LeaseHandle, guard: LockHandle): Promise<void> {
-    if (this.stop.signal.aborted || lease.signal.aborted || guard.signal.aborted) return Promise.resolve();
+  private beginTerm(lease: LeaseHandle, guard: LockHandle | null): Promise<void> {
+    if (this.stop.signal.aborted || lease.signal.aborted || guard?.signal.aborted) return Promise.resolve();
     const controller = new AbortController();
     this.term = { epoch: lease.token, lease, guard, controller };
     // A handle's signal aborts with a LockLostError.
     const onLost = (signal: AbortSignal) => () => this.endTerm((signal.reason as LockLostError).reason ?? 'session-lost', signal.reason);
     lease.signal.addEventListener('abort', onLost(lease.signal), { once: true });
-    guard.signal.addEventListener('abort', onLost(guard.signal), { once: true });
+    guard?.signal.addEventListener('abort', onLost(guard.signal), { once: true });
     const ended = new Promise<void>((resolve) => controller.signal.addEventListener('abort', () => resolve(), { once: true }));
     this.emit('elected', { epoch: lease.token } satisfies ElectedEvent);
     return ended;

@@ -1,10 +1,11 @@
-import { BaseHandle, isLockNotAvailable, isQueryCanceled, type LockHandle, LockLostError, type LockLostReason, LockUnavailableError, PgfenceError, schemaMissingError, setLongTimeout, sqlState } from '../core/index.js';
+import type pg from 'pg';
+import { BaseHandle, type LockHandle, LockLostError, type LockLostReason, LockUnavailableError, PgfenceError, schemaMissingError, setLongTimeout } from '../core/index.js';
 import type { LockTarget } from '../keys.js';
 import type { Observer } from '../observe/index.js';
-import { type ConnectionSource, type ReleaseListener, type Session, SessionLostError, type SessionPool, WITHDRAWN } from '../session/index.js';
+import { type ReleaseListener, type Session, SessionLostError, type SessionPool, type ShortStatements } from '../session/index.js';
 import { type Attempt, type Busy, closedError, type WaiterQueue, WaitLines } from '../wait/index.js';
 import { leaseStatements } from './lease-sql.js';
-import { runStatement } from './lease-statements.js';
+import { acquireQueued, type AcquireRow, busyWith } from './queued-lease.js';
 
 export interface LeaseRequest {
   target: LockTarget;
@@ -16,6 +17,13 @@ export interface LeaseRequest {
   data: unknown;
   /** Release keeps the lease until acquired_at + minHoldMs (database clock); 0 = none. */
   minHoldMs: number;
+}
+
+/** A lease-backed permit: a lease on the first free of `slots` (see sql/permits.sql). */
+export interface PermitLeaseRequest extends LeaseRequest {
+  /** The semaphore's base key: its waiters line up there. */
+  baseKey: bigint;
+  slots: readonly bigint[];
 }
 
 /** A held lease: a lock handle with an owner, a database-clock expiry and renewal. */
@@ -38,18 +46,13 @@ export interface LeaseHandle<D = unknown> extends LockHandle {
   renew(): Promise<boolean>;
 }
 
-interface AcquireRow {
+interface PermitRow {
   granted: boolean;
-  token: string;
-  owner: string;
-  acquired_at: Date;
-  expires_at: Date;
-  /** Null when a session lock holds the name: nobody knows for how long. */
+  slot: string | null;
+  token: string | null;
+  expires_at: Date | null;
   remaining_ms: number | null;
 }
-
-/** After a queued wait ended without a grant, the waiter looks again this soon. */
-const LOOK_AGAIN_MS = 1;
 
 /**
  * Table-backed leases of one locker. A lease is taken by one statement that checks expiry on the
@@ -62,17 +65,25 @@ const LOOK_AGAIN_MS = 1;
  */
 export class LeaseManager {
   private readonly lines: WaitLines<LeaseRequest, LeaseHandleImpl>;
+  /** Lease-backed permits wait by their semaphore's base key. */
+  private readonly permitLines: WaitLines<PermitLeaseRequest, LeaseHandleImpl>;
   private readonly holding = new Set<LeaseHandleImpl>();
   /** Releases under way (giveBack never rejects): close() waits for them. */
   private readonly releasing = new Set<Promise<boolean>>();
   closed = false;
 
   constructor(
-    private readonly source: ConnectionSource,
+    /** Where lease statements go: the locker's home session (or the pool behind a transaction pooler). */
+    private readonly statements: ShortStatements,
     sessions: SessionPool,
     listener: ReleaseListener,
     readonly observer: Observer,
-    /** The locker's waiter session (null: none, as behind a transaction pooler; the waiter then polls). */
+    /**
+     * This locker holds (or is taking) a session lock of the key: its lease statements may run on the very
+     * backend that holds it, where PostgreSQL sees no conflict (a backend's own locks never conflict).
+     */
+    private readonly sessionLockHere: (key: bigint) => boolean,
+    /** The locker's waiter session (null: none; a waiter then polls). */
     private readonly queue: WaiterQueue | null = null,
   ) {
     this.lines = new WaitLines(
@@ -83,13 +94,14 @@ export class LeaseManager {
       (request) => this.attempt(request),
       (request, remainingMs, last, cancel) => this.queued(request, remainingMs, last, cancel),
     );
+    this.permitLines = new WaitLines('semaphore', sessions, listener, observer, (request) => this.attemptPermit(request));
   }
 
   get held(): number {
     return this.holding.size;
   }
   get waiting(): number {
-    return this.lines.waiting;
+    return this.lines.waiting + this.permitLines.waiting;
   }
 
   acquire(request: LeaseRequest, nullOnTimeout: boolean): Promise<LeaseHandleImpl | null> {
@@ -97,19 +109,27 @@ export class LeaseManager {
     return this.lines.enqueue(request.target.key, request, nullOnTimeout);
   }
 
+  /** A lease-backed permit of the semaphore of `request.baseKey`. */
+  acquirePermit(request: PermitLeaseRequest, nullOnTimeout: boolean): Promise<LeaseHandleImpl | null> {
+    if (this.closed) return Promise.reject(closedError());
+    return this.permitLines.enqueue(request.baseKey, request, nullOnTimeout);
+  }
+
   onRelease(key: bigint): void {
     this.lines.wake(key);
+    this.permitLines.wake(key);
   }
 
   onSessionLost(session: Session): void {
     this.lines.sessionLost(session);
+    this.permitLines.sessionLost(session);
   }
 
   async close(): Promise<void> {
     this.closed = true;
     // Waiters fail; a grant still in flight for one of them is handed back (the line's give-back, nothing else)
     // and their wait announcements withdrawn, before the connections go.
-    await Promise.all([this.lines.close(closedError()), ...[...this.holding].map((h) => h.release())]);
+    await Promise.all([this.lines.close(closedError()), this.permitLines.close(closedError()), ...[...this.holding].map((h) => h.release())]);
     // Releases the caller started before close(): their statements need the pool the locker ends next.
     await Promise.all(this.releasing);
   }
@@ -118,7 +138,7 @@ export class LeaseManager {
 
   /** @internal */ renew(handle: LeaseHandleImpl): Promise<'renewed' | LockLostReason | 'unavailable'> {
     const sentAt = performance.now();
-    return runStatement<{ expires_at: Date | null; current_token: string | null }>(this.source.pool, leaseStatements.renew, [handle.key, handle.token, handle.ttlMs])
+    return this.statements.run<{ expires_at: Date | null; current_token: string | null }>(leaseStatements.renew, [handle.key, handle.token, handle.ttlMs])
       .then(
         (rows) => {
           const row = rows[0]!;
@@ -144,7 +164,7 @@ export class LeaseManager {
 
   private async giveBack(handle: LeaseHandleImpl): Promise<boolean> {
     try {
-      const rows = await runStatement<{ released: boolean }>(this.source.pool, leaseStatements.release, [handle.key, handle.token, handle.minHoldMs]);
+      const rows = await this.statements.run<{ released: boolean }>(leaseStatements.release, [handle.key, handle.token, handle.minHoldMs]);
       if (!rows[0]!.released) this.lostOnRelease(handle, new Error('the lease was no longer this holder’s'));
       return rows[0]!.released;
     } catch (err) {
@@ -152,7 +172,8 @@ export class LeaseManager {
       this.lostOnRelease(handle, err);
       return false;
     } finally {
-      this.lines.wake(handle.key);
+      if (handle.lineKey === handle.key) this.lines.wake(handle.key);
+      else this.permitLines.wake(handle.lineKey);
     }
   }
 
@@ -174,23 +195,12 @@ export class LeaseManager {
 
   private async attempt(request: LeaseRequest): Promise<Attempt<LeaseHandleImpl>> {
     const { target, owner, ttlMs, data } = request;
+    // Busy, as it is: the name is one lock whatever its kind (looked at again at its poll).
+    if (this.sessionLockHere(target.key)) return { busy: true };
     const sentAt = performance.now();
-    let row: AcquireRow;
-    try {
-      const rows = await runStatement<AcquireRow>(this.source.pool, leaseStatements.acquire, [
-        target.key,
-        target.name,
-        owner,
-        ttlMs,
-        data === undefined ? null : JSON.stringify(data),
-      ]);
-      row = rows[0]!;
-    } catch (err) {
-      throw (
-        schemaMissingError(err) ??
-        (err instanceof PgfenceError ? err : new LockUnavailableError(`a lease statement failed: ${(err as Error)?.message}`, { cause: err }))
-      );
-    }
+    const rows = await this.statement<AcquireRow>(leaseStatements.acquire, [target.key, target.name, owner, ttlMs, data === undefined ? null : JSON.stringify(data)]);
+    if (!rows) return { retry: true };
+    const row = rows[0]!;
     if (!row.granted) return busyWith(row);
     return { granted: this.grantedTo(request, row, sentAt) };
   }
@@ -204,39 +214,41 @@ export class LeaseManager {
 
   /** A lock holds the name: wait for it in PostgreSQL's queue, then take the lease (null: not now, poll). */
   private queued(request: LeaseRequest, remainingMs: number, last: Busy | null, cancel: AbortSignal): Promise<Attempt<LeaseHandleImpl>> | null {
-    if (!last?.lockHeld || !this.queue) return null;
-    const { target, owner, ttlMs, data } = request;
-    const started = this.queue.run<AcquireRow & { since_grant_ms: number }>(
-      leaseStatements.acquireQueued,
-      [target.key, target.name, owner, ttlMs, data === undefined ? null : JSON.stringify(data), remainingMs === Infinity ? null : Math.ceil(remainingMs)],
-      remainingMs,
-      cancel,
-    );
-    if (!started) return null;
-    return started.rows.then(
-      (rows) => {
-        const row = rows[0]!;
-        if (!row.granted) return busyWith(row);
-        // The lease was granted at the end of the wait: its local deadline counts from then (the statement's own
-        // measure of the time since; what the commit and the answer took after it is within the handle's margin).
-        return { granted: this.grantedTo(request, row, performance.now() - Math.max(0, row.since_grant_ms)) };
-      },
-      (err: unknown) => {
-        // Cancelled (the waiter gave up), taken back unsent, or the session died: nothing was taken (one transaction).
-        if (isQueryCanceled(err) || isLockNotAvailable(err) || sqlState(err) === WITHDRAWN) return { busy: true, retryInMs: LOOK_AGAIN_MS };
-        if (err instanceof SessionLostError && err.connected) return { retry: true };
-        // The waiter session could not connect (behind a transaction pooler, say): leases need none; poll.
-        if (err instanceof SessionLostError) return { busy: true };
-        throw schemaMissingError(err) ?? (err instanceof PgfenceError ? err : new LockUnavailableError(`a lease statement failed: ${(err as Error)?.message}`, { cause: err }));
-      },
-    );
+    // Never on a key this locker holds as a session lock: its own backend's locks never conflict.
+    if (!last?.lockHeld || !this.queue || this.sessionLockHere(request.target.key)) return null;
+    return acquireQueued(this.queue, request, remainingMs, cancel, (row, sentAt) => this.grantedTo(request, row, sentAt));
   }
 
-}
+  private async attemptPermit(request: PermitLeaseRequest): Promise<Attempt<LeaseHandleImpl>> {
+    const sentAt = performance.now();
+    // Start at a random slot, so concurrent callers do not all fight over slot 0.
+    const first = Math.floor(Math.random() * request.slots.length);
+    const rows = await this.statement<PermitRow>(leaseStatements.permit, [request.slots, request.target.name ?? `key ${request.target.key}`, request.owner, request.ttlMs, first]);
+    if (!rows) return { retry: true };
+    const row = rows[0]!;
+    // Busy: look again when the soonest permit expires (a release by another process is found by the poll).
+    if (!row.granted) return { busy: true, retryInMs: row.remaining_ms === null ? undefined : row.remaining_ms + 1 };
+    const handle = new LeaseHandleImpl(this, request, BigInt(row.token!), row.expires_at!, sentAt, { kind: 'semaphore', key: BigInt(row.slot!), lineKey: request.baseKey });
+    this.holding.add(handle);
+    return { granted: handle };
+  }
 
-/** What a busy answer tells the line: a lease's time left, or (NULL) a lock holds the name. */
-function busyWith(row: AcquireRow): Busy {
-  return row.remaining_ms === null ? { busy: true, lockHeld: true } : { busy: true, leaseHeld: true, retryInMs: row.remaining_ms + 1 };
+  /**
+   * Runs a lease statement: its rows, or null when the session died under it (look again on its replacement).
+   * A failure is typed (schema missing, lock table full, else unavailable).
+   */
+  private async statement<R extends pg.QueryResultRow>(statement: { name: string; text: string }, values: unknown[]): Promise<R[] | null> {
+    try {
+      return await this.statements.run<R>(statement, values);
+    } catch (err) {
+      if (err instanceof SessionLostError && err.connected && !this.closed) return null;
+      throw (
+        schemaMissingError(err) ??
+        (err instanceof PgfenceError ? err : new LockUnavailableError(`a lease statement failed: ${(err as Error)?.message}`, { cause: err }))
+      );
+    }
+  }
+
 }
 
 /**
@@ -250,6 +262,8 @@ class LeaseHandleImpl extends BaseHandle implements LeaseHandle {
   readonly data: unknown;
   readonly ttlMs: number;
   readonly minHoldMs: number;
+  /** The key its waiters line up at: its own, or a permit's semaphore base key. */
+  readonly lineKey: bigint;
   expiresAt: Date;
   private deadlineCancel: (() => void) | null = null;
   /** performance.now() past which the holder no longer trusts its lease. */
@@ -263,8 +277,11 @@ class LeaseHandleImpl extends BaseHandle implements LeaseHandle {
     token: bigint,
     expiresAt: Date,
     sentAt: number,
+    /** A lease-backed permit: a semaphore's slot key, its line at the base key. */
+    permit?: { kind: 'semaphore'; key: bigint; lineKey: bigint },
   ) {
-    super('lease', request.target.name, request.target.key, 'exclusive', token);
+    super(permit?.kind ?? 'lease', request.target.name, permit?.key ?? request.target.key, 'exclusive', token);
+    this.lineKey = permit?.lineKey ?? request.target.key;
     this.owner = request.owner;
     this.data = request.data;
     this.ttlMs = request.ttlMs;

@@ -50,10 +50,19 @@ SELECT r.freed IS NOT NULL AS released,
        ${notifyIfWaiters('$1::int8', { released: '(r.freed IS TRUE)', asyncCommit: false })} AS notified
 FROM (SELECT 1) AS one LEFT JOIN released AS r ON true`;
 
-/** The lease statements with their names: prepared once per direct connection (see lease-statements.ts). */
+/**
+ * $1 slot keys, $2 semaphore name, $3 owner, $4 ttl ms, $5 first slot to try (0-based): a lease-backed
+ * permit, the first free slot's lease (pgfence.permit_acquire in sql/permits.sql), or the time until
+ * the soonest permit expires.
+ */
+export const acquirePermitSql = `SELECT granted, slot::text AS slot, token::text AS token, acquired_at, expires_at, remaining_ms::int8::float8 AS remaining_ms
+FROM pgfence.permit_acquire($1::int8[], $2::text, $3::text, $4::int8, $5::int4)`;
+
+/** The lease statements with their names: prepared once per session or direct connection (see session/short-statements.ts). */
 export const leaseStatements = {
   acquire: { name: 'pgfence_lease_acquire', text: acquireLeaseSql },
   acquireQueued: { name: 'pgfence_lease_acquire_queued', text: acquireQueuedLeaseSql },
   renew: { name: 'pgfence_lease_renew', text: renewLeaseSql },
   release: { name: 'pgfence_lease_release', text: releaseLeaseSql },
+  permit: { name: 'pgfence_permit_acquire', text: acquirePermitSql },
 } as const;

@@ -1,5 +1,4 @@
-import type pg from 'pg';
-import { isSchemaMissing, type LockMode } from '../core/index.js';
+import { isSchemaMissing, type LockMode, type SqlExecutor } from '../core/index.js';
 import { activeLeasesSql, databaseClockSql, locksWithNamesSql, locksWithoutNamesSql, replicationSql } from './inspect-sql.js';
 
 /** One advisory lock held or awaited by some backend of the database. */
@@ -103,16 +102,16 @@ export type OwnLocks = Map<string, Date>;
  * Reads pg_locks and pg_stat_activity (every backend of the database, not only pgfence's) and the
  * lease table, and resolves names through the registry.
  */
-export async function inspectDatabase(pool: pg.Pool, own: OwnLocks = new Map()): Promise<LockReport> {
-  const at = (await pool.query<{ now: Date }>(databaseClockSql)).rows[0]!.now;
+export async function inspectDatabase(db: Pick<SqlExecutor, 'query'>, own: OwnLocks = new Map()): Promise<LockReport> {
+  const at = (await db.query<{ now: Date }>(databaseClockSql, []))[0]!.now;
   let schema = true;
   let rows: LockRow[];
   try {
-    rows = (await pool.query<LockRow>(locksWithNamesSql)).rows;
+    rows = await db.query<LockRow>(locksWithNamesSql, []);
   } catch (err) {
     if (!isSchemaMissing(err)) throw err;
     schema = false;
-    rows = (await pool.query<LockRow>(locksWithoutNamesSql)).rows;
+    rows = await db.query<LockRow>(locksWithoutNamesSql, []);
   }
   const locks = rows
     // An exclusive marker hold is a release probing for waiters, over within its statement.
@@ -120,7 +119,7 @@ export async function inspectDatabase(pool: pg.Pool, own: OwnLocks = new Map()):
     .map((r) => toEntry(r, own));
   let leases: LeaseEntry[] = [];
   if (schema) {
-    const { rows: leaseRows } = await pool.query<{
+    const leaseRows = await db.query<{
       key: string;
       name: string | null;
       owner: string;
@@ -130,7 +129,7 @@ export async function inspectDatabase(pool: pg.Pool, own: OwnLocks = new Map()):
       expires_at: Date;
       data: unknown;
       remaining_ms: number;
-    }>(activeLeasesSql);
+    }>(activeLeasesSql, []);
     leases = leaseRows.map((r) => ({
       key: BigInt(r.key),
       name: r.name,
@@ -143,12 +142,12 @@ export async function inspectDatabase(pool: pg.Pool, own: OwnLocks = new Map()):
       data: r.data,
     }));
   }
-  const replication = await inspectReplication(pool);
+  const replication = await inspectReplication(db);
   return { at, locks, leases, replication, schema };
 }
 
-async function inspectReplication(pool: pg.Pool): Promise<ReplicationReport> {
-  const { rows } = await pool.query<{ standby: boolean; timeline: number | null; sync_names: string; standbys: StandbyEntry[] }>(replicationSql);
+async function inspectReplication(db: Pick<SqlExecutor, 'query'>): Promise<ReplicationReport> {
+  const rows = await db.query<{ standby: boolean; timeline: number | null; sync_names: string; standbys: StandbyEntry[] }>(replicationSql, []);
   const r = rows[0]!;
   const synchronous =
     r.sync_names.trim() !== '' && r.standbys.some((s) => s.state === 'streaming' && (s.syncState === 'sync' || s.syncState === 'quorum'));

@@ -8,3 +8,4 @@ export * from './pooler-detection.js';
 export * from './server-settings.js';
 export * from './session-pool.js';
 export * from './session.js';
+export * from './short-statements.js';

@@ -26,19 +26,15 @@ interface PendingOp {
    * may depend on whether the session is guarded (see `guarded`), known only once it has connected.
    */
   statement?: { text: StatementText; values: unknown[]; done(rows: unknown[]): void; deadlineMs?: number };
+  /** The session's own upkeep (a probe, a look for the schema): not a use (see usedAt). */
+  upkeep?: boolean;
 }
 /** The code of a probe, and of a statement of its own: not an operation of the statement set. */
 const PROBE = 0;
 const noop = () => {};
 /** A probe (no statement), or a statement of its own whose caller needs no callbacks. */
-const internalOp = (statement?: PendingOp['statement']): PendingOp => ({
-  code: PROBE,
-  key: 0n,
-  fenced: false,
-  resolve: noop,
-  reject: noop,
-  statement,
-});
+const internalOp = (statement?: PendingOp['statement']): PendingOp => ({ code: PROBE, key: 0n, fenced: false, resolve: noop, reject: noop, statement, upkeep: !statement });
+const isUse = (op: PendingOp) => !op.upkeep;
 /** An operation of the statement set (not a probe, not a statement of its own). */
 type LockOp = PendingOp & { code: OpCode };
 /** A row of an operation statement: its place in the batch (batches only), result, and token (fenced only). */
@@ -65,6 +61,8 @@ interface SessionOptions {
   /** What the session runs: its owner's operations. */
   statements: OpStatements;
   onLost(session: Session, err: Error): void;
+  /** A NOTIFY this session LISTENs for arrived. */
+  onNotification(msg: pg.Notification): void;
 }
 
 /**
@@ -97,6 +95,8 @@ export class Session {
   private sentAt = 0;
   private inFlightDeadlineMs = 0;
   private lastActivity = 0;
+  /** performance.now() when an operation (not a keepalive probe) was last queued or answered: idle sessions are closed by it. */
+  usedAt = performance.now();
   readonly ready: Promise<void>;
 
   constructor(private readonly opts: SessionOptions) {
@@ -155,8 +155,18 @@ export class Session {
       return false;
     }
     this.pending.push(op);
+    if (isUse(op)) this.usedAt = performance.now();
     this.scheduleFlush();
     return true;
+  }
+
+  /** Nothing queued or in flight. */
+  get idle(): boolean {
+    return this.inFlight === null && this.pending.length === 0;
+  }
+  /** Operations queued behind the statement in flight (or behind the connect). */
+  get queued(): number {
+    return this.pending.length;
   }
 
   private scheduleFlush(): void {
@@ -193,6 +203,7 @@ export class Session {
       }
       this.conn = conn;
       (conn.client as pg.Client).once('end', () => this.die(new Error('connection ended')));
+      (conn.client as pg.Client).on('notification', (msg) => this.opts.onNotification(msg));
       this.state = 'ready';
       this.everReady = true;
       // The first statement finds out whether the schema is there, before any lock statement is sent.
@@ -214,6 +225,7 @@ export class Session {
       this.setUp = true;
     };
     const op = internalOp({ text: this.opts.statements.setup.text, values: [], done });
+    op.upkeep = true;
     // A session is used only after its setup succeeded: the operations queued behind a failed first setup fail
     // with its cause, and the session ends. A later look (an unguarded session asking again for the schema)
     // that fails leaves the session as it was: set up, unguarded.
@@ -288,6 +300,7 @@ export class Session {
   /** The server answered the statement in flight. */
   private answered(batch: PendingOp[]): void {
     this.lastActivity = performance.now();
+    if (batch.some(isUse)) this.usedAt = this.lastActivity;
     if (this.inFlight === batch) this.inFlight = null;
   }
 

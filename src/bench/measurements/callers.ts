@@ -51,7 +51,7 @@ export async function callers(ctx: BenchContext): Promise<void> {
   const label = `2. ${CALLERS} callers, ${CALLERS} keys, maxSessions 2`;
   const versus = (side: string, text: string, target?: ReturnType<typeof atLeast>) => {
     const i = at(side);
-    rateRow(ctx, `${label}, vs ${text}`, r.medians[0]!, r.medians[i]!, r.firstOver[i - 1]!, target);
+    rateRow(ctx, `${label}, vs ${text}`, r.medians[0]!, r.medians[i]!, r.firstOver[i - 1]!, target, { pgfence: r.cpu[0]!, baseline: r.cpu[i]! });
     ctx.note(`2. ${side} (cycles/s per round): ${fmt.list(r.rates[i]!)}`);
   };
   if (typeof pipelined === 'string') ctx.row({ measurement: `${label}, vs postgres.js pipelined`, baseline: pipelined, target: '>= 5.00x', met: false });

@@ -32,7 +32,7 @@ export async function durable(ctx: BenchContext): Promise<void> {
   // Cycle time in durable commits, per round: floor rate / cycle rate.
   const fencedCommits = pairedRatios(r.rates[0]!, r.rates[1]!);
   const leaseCommits = pairedRatios(r.rates[0]!, r.rates[2]!);
-  rateRow(ctx, '5. fenced acquire+release vs one durable commit', r.medians[1]!, r.medians[0]!, pairedRatios(r.rates[1]!, r.rates[0]!));
+  rateRow(ctx, '5. fenced acquire+release vs one durable commit', r.medians[1]!, r.medians[0]!, pairedRatios(r.rates[1]!, r.rates[0]!), undefined, { pgfence: r.cpu[1]!, baseline: r.cpu[0]! });
   // A fenced cycle: the grant with its token (one durable commit) and the unlock (one round trip).
   const commitMs = 1000 / r.medians[0]!;
   const allowed = 1 + ctx.rttMs / commitMs;
@@ -44,7 +44,7 @@ export async function durable(ctx: BenchContext): Promise<void> {
     target: `<= ${allowed.toFixed(2)} (1 + a round trip)`,
     met: fencedCommits.median <= allowed,
   });
-  rateRow(ctx, '5. lease acquire+release vs one durable commit', r.medians[2]!, r.medians[0]!, pairedRatios(r.rates[2]!, r.rates[0]!));
+  rateRow(ctx, '5. lease acquire+release vs one durable commit', r.medians[2]!, r.medians[0]!, pairedRatios(r.rates[2]!, r.rates[0]!), undefined, { pgfence: r.cpu[2]!, baseline: r.cpu[0]! });
   ctx.row({
     measurement: '5. ... lease cycle, in durable commits',
     pgfence: fmt.count(leaseCommits.median),

@@ -17,7 +17,7 @@ import type pg from 'pg';
 import { lockKey } from '../../keys.js';
 import type { BurstResult, ContendResult } from '../child.js';
 import { SQL, type BenchContext } from '../context.js';
-import { atLeast, atMost, timeRow } from '../report.js';
+import { atLeast, atMost, cpuColumns, timeRow, type CpuPair } from '../report.js';
 import { fmt, pairedRatios, spread } from '../stats.js';
 import { interleavedSamples, sleep } from '../timing.js';
 
@@ -64,7 +64,7 @@ async function firstContended(ctx: BenchContext): Promise<void> {
     await (await granted)();
     return grantedAt - releasedAt;
   };
-  const [mine, bare] = await interleavedSamples(ctx.cfg.samples, [
+  const { values, cpuUs } = await interleavedSamples(ctx.cfg.samples, [
     async () => {
       const name = ctx.name('first', i++);
       const locker = ctx.locker(`m4f`);
@@ -92,7 +92,9 @@ async function firstContended(ctx: BenchContext): Promise<void> {
       }
     },
   ]);
-  timeRow(ctx, '4. fresh locker, first contended acquire: release -> grant', spread(mine!), spread(bare!), pairedRatios(mine!, bare!), atMost(2));
+  const [mine, bare] = values;
+  // CPU per sample: the whole sample (the locker or connection created, its acquire, release, close).
+  timeRow(ctx, '4. fresh locker, first contended acquire: release -> grant', spread(mine!), spread(bare!), pairedRatios(mine!, bare!), atMost(2), { pgfence: cpuUs[0]!, baseline: cpuUs[1]! });
   ctx.note(`4. first contended acquire, release -> grant (ms): pgfence ${fmt.list(mine!, 2)}; fresh connection ${fmt.list(bare!, 2)}`);
 }
 
@@ -106,8 +108,10 @@ async function coldStartBurst(ctx: BenchContext): Promise<void> {
     return (r.grants * 1000) / r.burstMs;
   };
   const results: Record<'pgfence' | 'pg', BurstResult[]> = { pgfence: [], pg: [] };
-  const [mine, bare] = await interleavedSamples(ctx.cfg.samples, [run('pgfence'), run('pg')]);
+  const [mine, bare] = (await interleavedSamples(ctx.cfg.samples, [run('pgfence'), run('pg')])).values;
   const ratio = pairedRatios(mine!, bare!);
+  // CPU of the child process, per grant (the burst) and per process (loading the modules).
+  const cpu = (f: (r: BurstResult) => number): CpuPair => ({ pgfence: results.pgfence.map(f), baseline: results.pg.map(f) });
   ctx.row({
     measurement: `4. cold start: ${BURST_WORKERS} fresh lockers x ${BURST_GRANTS} grants, new process`,
     pgfence: fmt.rate(spread(mine!).median),
@@ -116,10 +120,11 @@ async function coldStartBurst(ctx: BenchContext): Promise<void> {
     range: fmt.range(ratio),
     target: atLeast(0.75).text,
     met: ratio.median >= 0.75,
+    ...cpuColumns(cpu((r) => r.burstCpuUs / r.grants)),
   });
   const ms = (side: 'pgfence' | 'pg', f: (r: BurstResult) => number) => spread(results[side].map(f));
-  timeRow(ctx, '4. ... the burst, from creating lockers/connections', ms('pgfence', (r) => r.burstMs), ms('pg', (r) => r.burstMs), pairedRatios(results.pgfence.map((r) => r.burstMs), results.pg.map((r) => r.burstMs)));
-  timeRow(ctx, '4. ... loading pgfence / pg in the new process', ms('pgfence', (r) => r.importMs), ms('pg', (r) => r.importMs), pairedRatios(results.pgfence.map((r) => r.importMs), results.pg.map((r) => r.importMs)));
+  timeRow(ctx, '4. ... the burst, from creating lockers/connections', ms('pgfence', (r) => r.burstMs), ms('pg', (r) => r.burstMs), pairedRatios(results.pgfence.map((r) => r.burstMs), results.pg.map((r) => r.burstMs)), undefined, cpu((r) => r.burstCpuUs / r.grants));
+  timeRow(ctx, '4. ... loading pgfence / pg in the new process', ms('pgfence', (r) => r.importMs), ms('pg', (r) => r.importMs), pairedRatios(results.pgfence.map((r) => r.importMs), results.pg.map((r) => r.importMs)), undefined, cpu((r) => r.importCpuUs));
   ctx.note(`4. cold-start burst (grants/s per sample): pgfence ${fmt.list(mine!)}; bare pg ${fmt.list(bare!)}`);
 }
 
@@ -128,11 +133,14 @@ async function processesContending(ctx: BenchContext): Promise<void> {
   const measureMs = ctx.cfg.quick ? 500 : 2000;
   const rounds = ctx.cfg.quick ? 1 : 3;
   const rates: Record<'pgfence' | 'pg', number[]> = { pgfence: [], pg: [] };
+  const cpu: Record<'pgfence' | 'pg', number[]> = { pgfence: [], pg: [] }; // per grant, the processes' CPU summed
   for (let r = 0; r < rounds; r++) {
     for (const side of r % 2 === 0 ? (['pgfence', 'pg'] as const) : (['pg', 'pgfence'] as const)) {
       const name = ctx.name('processes', side, r);
       const results = await contendingProcesses(PROCESSES, { kind: 'contend', side, url: ctx.urlFor(`m4p_${side}`), name, key: lockKey(name).toString(), warmupMs, measureMs });
-      rates[side].push((results.reduce((a, x) => a + x.grants, 0) * 1000) / measureMs);
+      const grants = results.reduce((a, x) => a + x.grants, 0);
+      rates[side].push((grants * 1000) / measureMs);
+      cpu[side].push(results.reduce((a, x) => a + x.cpuUs, 0) / Math.max(1, grants));
     }
   }
   const ratio = pairedRatios(rates.pgfence, rates.pg);
@@ -144,6 +152,7 @@ async function processesContending(ctx: BenchContext): Promise<void> {
     range: fmt.range(ratio),
     target: atLeast(0.85).text,
     met: ratio.median >= 0.85,
+    ...cpuColumns({ pgfence: cpu.pgfence, baseline: cpu.pg }),
   });
   ctx.note(`4. ${PROCESSES} processes (grants/s per round, ${measureMs} ms windows): pgfence ${fmt.list(rates.pgfence)}; blocking connections ${fmt.list(rates.pg)}`);
 }

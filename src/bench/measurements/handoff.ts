@@ -8,8 +8,9 @@ import { performance } from 'node:perf_hooks';
 import type pg from 'pg';
 import { lockKey } from '../../keys.js';
 import { SQL, type BenchContext } from '../context.js';
+import { cpuColumns, type CpuPair } from '../report.js';
 import { fmt, percentile } from '../stats.js';
-import { sleep } from '../timing.js';
+import { cpuUsSince, sleep } from '../timing.js';
 
 /** Resolves once worker `w` holds the lock; returns its release. */
 type Acquire = (w: number) => Promise<() => Promise<unknown>>;
@@ -21,6 +22,8 @@ interface Round {
   latencies: number[];
   perWorker: number[];
   elapsedMs: number;
+  /** This process's CPU over the measuring window, µs. */
+  cpuUs: number;
 }
 
 /** One round: a warm-up, then a measuring window; the time from each release to the next grant. */
@@ -29,7 +32,7 @@ async function handoffRound(workers: number, warmupMs: number, measureMs: number
   let holder: number | null = null; // who holds the lock now, as this process sees it
   let lastHolder: number | null = null;
   let releasedAt: number | null = null;
-  const r: Round = { grants: 0, changes: 0, overlaps: 0, latencies: [], perWorker: new Array<number>(workers).fill(0), elapsedMs: 0 };
+  const r: Round = { grants: 0, changes: 0, overlaps: 0, latencies: [], perWorker: new Array<number>(workers).fill(0), elapsedMs: 0, cpuUs: 0 };
   const loops = Array.from({ length: workers }, async (_, w) => {
     while (phase !== 'stop') {
       const release = await acquire(w);
@@ -53,9 +56,11 @@ async function handoffRound(workers: number, warmupMs: number, measureMs: number
   releasedAt = null;
   lastHolder = null;
   const t0 = performance.now();
+  const cpu0 = process.cpuUsage();
   await sleep(measureMs);
   phase = 'stop';
   r.elapsedMs = performance.now() - t0;
+  r.cpuUs = cpuUsSince(cpu0);
   await Promise.all(loops);
   return r;
 }
@@ -68,6 +73,8 @@ interface HandoffSummary {
   changeShare: number;
   grantsPerSec: number;
   roundRates: number[];
+  /** Per round: CPU µs per grant. */
+  roundCpu: number[];
   overlaps: number;
   minWorkerShare: number;
 }
@@ -85,6 +92,7 @@ function summarize(rounds: Round[]): HandoffSummary {
     changeShare: sum((r) => r.changes) / Math.max(1, sum((r) => Math.max(0, r.grants - 1))),
     grantsPerSec: (grants * 1000) / sum((r) => r.elapsedMs),
     roundRates: rounds.map((r) => (r.grants * 1000) / r.elapsedMs),
+    roundCpu: rounds.map((r) => r.cpuUs / Math.max(1, r.grants)),
     overlaps: sum((r) => r.overlaps),
     minWorkerShare: Math.min(...perWorker) / Math.max(1, grants),
   };
@@ -136,22 +144,22 @@ export async function handoff(ctx: BenchContext): Promise<void> {
   const paired = (a: Round[], b: Round[]) => a.map((r, i) => r.grants / r.elapsedMs / (b[i]!.grants / b[i]!.elapsedMs));
 
   const l = `3. hand-off, ${workers} workers / ${workers} lockers:`;
-  const row = (measurement: string, p: string, b: string, ratio = '', target = '', met: boolean | null = null, range = '') =>
-    ctx.row({ measurement, pgfence: p, baseline: b, ratio, range, target, met });
+  const row = (measurement: string, p: string, b: string, ratio = '', target = '', met: boolean | null = null, range = '', cpu?: CpuPair) =>
+    ctx.row({ measurement, pgfence: p, baseline: b, ratio, range, target, met, ...cpuColumns(cpu) });
   row(`${l} p50`, fmt.ms(own.p50), fmt.ms(base.p50), fmt.ratio(own.p50 / base.p50), '<= 1 ms', own.p50 <= 1);
   row(`${l} p99`, fmt.ms(own.p99), fmt.ms(base.p99), fmt.ratio(own.p99 / base.p99));
   row(`${l} hand-offs > 10 ms`, `${own.over10ms} of ${own.handoffs}`, `${base.over10ms} of ${base.handoffs}`);
   row(`${l} holder changes`, fmt.pct(own.changeShare), fmt.pct(base.changeShare), '', '>= 90%', own.changeShare >= 0.9);
   const ownRatios = paired(results.own!, results.base!);
   const rate = own.grantsPerSec / base.grantsPerSec;
-  row(`${l} grants/s`, fmt.rate(own.grantsPerSec), fmt.rate(base.grantsPerSec), fmt.ratio(rate), '>= 0.50x', rate >= 0.5, rangeOf(ownRatios));
+  row(`${l} grants/s`, fmt.rate(own.grantsPerSec), fmt.rate(base.grantsPerSec), fmt.ratio(rate), '>= 0.50x', rate >= 0.5, rangeOf(ownRatios), { pgfence: own.roundCpu, baseline: base.roundCpu });
   row(`${l} fewest grants, 1 worker`, fmt.pct(own.minWorkerShare), fmt.pct(base.minWorkerShare), '', `(fair: ${fmt.pct(1 / workers)})`);
   row(`${l} overlapping holders`, String(own.overlaps), String(base.overlaps), '', '= 0', own.overlaps === 0 && base.overlaps === 0);
   const l2 = `3. hand-off, ${workers} workers / 1 locker:`;
   row(`${l2} p50`, fmt.ms(one.p50), fmt.ms(base.p50), fmt.ratio(one.p50 / base.p50));
   row(`${l2} p99`, fmt.ms(one.p99), fmt.ms(base.p99), fmt.ratio(one.p99 / base.p99));
   row(`${l2} holder changes`, fmt.pct(one.changeShare), fmt.pct(base.changeShare));
-  row(`${l2} grants/s`, fmt.rate(one.grantsPerSec), fmt.rate(base.grantsPerSec), fmt.ratio(one.grantsPerSec / base.grantsPerSec), '', null, rangeOf(paired(results.one!, results.base!)));
+  row(`${l2} grants/s`, fmt.rate(one.grantsPerSec), fmt.rate(base.grantsPerSec), fmt.ratio(one.grantsPerSec / base.grantsPerSec), '', null, rangeOf(paired(results.one!, results.base!)), { pgfence: one.roundCpu, baseline: base.roundCpu });
   row(`${l2} overlapping holders`, String(one.overlaps), String(base.overlaps), '', '= 0', one.overlaps === 0);
   ctx.note(`3. grants/s per round: ${workers} lockers ${fmt.list(own.roundRates)}; baseline ${fmt.list(base.roundRates)}; 1 locker ${fmt.list(one.roundRates)}`);
 }

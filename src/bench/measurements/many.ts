@@ -14,7 +14,7 @@ import { lockKey } from '../../keys.js';
 import type { BenchContext } from '../context.js';
 import { atMost, timeRow } from '../report.js';
 import { fmt, pairedRatios, spread } from '../stats.js';
-import { throughput } from '../timing.js';
+import { cpuUs, cpuUsSince, throughput } from '../timing.js';
 
 const CHUNK = 2000;
 const MAX_SESSIONS = 2; // the default
@@ -33,23 +33,33 @@ export async function many(ctx: BenchContext): Promise<void> {
   // goes first; a slow acquireAll (seconds) cuts the samples short rather than the whole run's time.
   const sampleCount = Math.min(ctx.cfg.samples, ctx.cfg.quick ? 2 : 7);
   const releases: number[][] = [[], []];
+  // This process's CPU (µs) per side: taking the locks, releasing them.
+  const cpu = { take: [[], []] as number[][], release: [[], []] as number[][] };
   const sides = [
     async () => {
+      const cpu0 = process.cpuUsage();
       const t0 = performance.now();
       const h = await locker.acquireAll(names);
       const ms = performance.now() - t0;
+      const cpu1 = process.cpuUsage();
       const t1 = performance.now();
       await h.release();
       releases[0]!.push(performance.now() - t1);
+      cpu.release[0]!.push(cpuUsSince(cpu1));
+      cpu.take[0]!.push(cpuUs(cpu1) - cpuUs(cpu0));
       return ms;
     },
     async () => {
+      const cpu0 = process.cpuUsage();
       const t0 = performance.now();
       await floorClient.query({ name: 'bench_lock_many', text: 'SELECT count(pg_advisory_lock(k)) FROM unnest($1::int8[]) AS k', values: [keys] });
       const ms = performance.now() - t0;
+      const cpu1 = process.cpuUsage();
       const t1 = performance.now();
       await floorClient.query('SELECT pg_advisory_unlock_all()');
       releases[1]!.push(performance.now() - t1);
+      cpu.release[1]!.push(cpuUsSince(cpu1));
+      cpu.take[1]!.push(cpuUs(cpu1) - cpuUs(cpu0));
       return ms;
     },
   ];
@@ -65,8 +75,8 @@ export async function many(ctx: BenchContext): Promise<void> {
       all.push(await sides[0]!());
     }
   }
-  timeRow(ctx, `7. acquireAll of ${count(N)} names vs one unnest statement`, spread(all), spread(floor), pairedRatios(all, floor), atMost(3));
-  timeRow(ctx, '7. ... releasing them (pg_advisory_unlock_all)', spread(releases[0]!), spread(releases[1]!), pairedRatios(releases[0]!, releases[1]!));
+  timeRow(ctx, `7. acquireAll of ${count(N)} names vs one unnest statement`, spread(all), spread(floor), pairedRatios(all, floor), atMost(3), { pgfence: cpu.take[0]!, baseline: cpu.take[1]! });
+  timeRow(ctx, '7. ... releasing them (pg_advisory_unlock_all)', spread(releases[0]!), spread(releases[1]!), pairedRatios(releases[0]!, releases[1]!), undefined, { pgfence: cpu.release[0]!, baseline: cpu.release[1]! });
   ctx.note(`7. acquireAll (ms): ${fmt.list(all, 1)}; unnest floor ${fmt.list(floor, 1)}`);
 
   await heldByAcquire(ctx, locker, observer, names, appName);
@@ -124,6 +134,7 @@ async function cycleWhileHeld(ctx: BenchContext, locker: ReturnType<BenchContext
     while (held.length < level) held.push(...(await Promise.all(names.slice(held.length, Math.min(level, held.length + CHUNK)).map((n) => locker.acquire(n)))));
   };
   const rates: number[][] = levels.map(() => []);
+  const cpu: number[][] = levels.map(() => []);
   const rounds = ctx.cfg.quick ? 2 : 7;
   const roundMs = ctx.cfg.quick ? 200 : 700;
   try {
@@ -132,15 +143,17 @@ async function cycleWhileHeld(ctx: BenchContext, locker: ReturnType<BenchContext
         const k = (i + r) % levels.length;
         await hold(levels[k]!);
         await throughput(1, ctx.cfg.warmupMs / 5, cycle);
-        rates[k]!.push((await throughput(1, roundMs, cycle)).rate);
+        const t = await throughput(1, roundMs, cycle);
+        rates[k]!.push(t.rate);
+        cpu[k]!.push(t.cpuUsPerOp);
       }
     }
   } finally {
     await hold(0).catch(() => {}); // tidying up: the figures are taken
   }
   const times = rates.map((rs) => rs.map((x) => 1000 / x));
-  timeRow(ctx, `7. acquire+release while ${count(N)} held (by acquire()) vs none`, spread(times[2]!), spread(times[0]!), pairedRatios(times[2]!, times[0]!), atMost(1.5));
-  timeRow(ctx, `7. ... while ${count(N / 10)} held vs none`, spread(times[1]!), spread(times[0]!), pairedRatios(times[1]!, times[0]!));
+  timeRow(ctx, `7. acquire+release while ${count(N)} held (by acquire()) vs none`, spread(times[2]!), spread(times[0]!), pairedRatios(times[2]!, times[0]!), atMost(1.5), { pgfence: cpu[2]!, baseline: cpu[0]! });
+  timeRow(ctx, `7. ... while ${count(N / 10)} held vs none`, spread(times[1]!), spread(times[0]!), pairedRatios(times[1]!, times[0]!), undefined, { pgfence: cpu[1]!, baseline: cpu[0]! });
   ctx.note(`7. cycle (ms) per round at 0 / ${count(N / 10)} / ${count(N)} held: ${times.map((t) => fmt.list(t, 3)).join(' / ')}`);
 }
 

@@ -49,11 +49,12 @@ export async function sqlInterface(ctx: BenchContext): Promise<void> {
   for (const side of SIDES) warm.push(await rate(side, warmRuns));
   const { roundMs, rounds } = planRounds(ctx.cfg, Math.min(...warm), SIDES.length);
   const runs = warm.map((r) => Math.max(ctx.cfg.minCyclesPerWorker, Math.ceil((r * roundMs) / 1000)));
-  const rates = await interleavedSamples(
+  const { values } = await interleavedSamples(
     rounds,
     SIDES.map((side, i) => () => rate(side, runs[i]!)),
   );
-  const [plain, fenced, lease, commit] = rates as [number[], number[], number[], number[]];
+  // No CPU column: both sides run in pgbench (C, its own process), not in this one.
+  const [plain, fenced, lease, commit] = values as [number[], number[], number[], number[]];
 
   const row = (measurement: string, mine: number[], base: number[]) => rateRow(ctx, measurement, median(mine), median(base), pairedRatios(mine, base));
   row('10. SQL try_lock_fenced+unlock vs pg_try_advisory_lock+unlock', fenced, plain);

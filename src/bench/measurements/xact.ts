@@ -42,11 +42,12 @@ export async function xact(ctx: BenchContext): Promise<void> {
   try {
     const r = await compareThroughput(ctx.cfg, sides);
     // Row 6 is xactLock where nothing guards it (no schema), as it always was; 6b with the lease guard.
-    const [unguarded, unguardedOver] = plain ? [r.medians[2]!, pairedRatios(r.rates[2]!, r.rates[1]!)] : [r.medians[0]!, r.firstOver[0]!];
-    rateRow(ctx, '6. xactLock on a free key (BEGIN, lock, COMMIT)', unguarded, r.medians[1]!, unguardedOver, atLeast(0.95));
+    const u = plain ? 2 : 0; // the unguarded side
+    const unguardedOver = plain ? pairedRatios(r.rates[2]!, r.rates[1]!) : r.firstOver[0]!;
+    rateRow(ctx, '6. xactLock on a free key (BEGIN, lock, COMMIT)', r.medians[u]!, r.medians[1]!, unguardedOver, atLeast(0.95), { pgfence: r.cpu[u]!, baseline: r.cpu[1]! });
     if (plain) {
-      rateRow(ctx, '6b. ... with the schema: guarded against leases', r.medians[0]!, r.medians[1]!, r.firstOver[0]!);
-      rateRow(ctx, '6b. ... guarded vs unguarded (no schema)', r.medians[0]!, r.medians[2]!, r.firstOver[1]!);
+      rateRow(ctx, '6b. ... with the schema: guarded against leases', r.medians[0]!, r.medians[1]!, r.firstOver[0]!, undefined, { pgfence: r.cpu[0]!, baseline: r.cpu[1]! });
+      rateRow(ctx, '6b. ... guarded vs unguarded (no schema)', r.medians[0]!, r.medians[2]!, r.firstOver[1]!, undefined, { pgfence: r.cpu[0]!, baseline: r.cpu[2]! });
     } else {
       ctx.row({ measurement: '6b. ... with the schema: guarded against leases', pgfence: scratch === null && guarded ? 'skipped: could not create a scratch database' : "skipped: needs pgfence's schema" });
     }

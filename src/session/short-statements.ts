@@ -1,10 +1,49 @@
 import type pg from 'pg';
-import { isPreparedStatementMissing } from '../core/index.js';
+import { isPreparedStatementMissing, type SqlExecutor } from '../core/index.js';
+import type { ConnectionSource } from './connection-source.js';
+import type { SessionPool } from './session-pool.js';
 
 /** A statement with a name of its own: prepared once per connection, where that is safe. */
 interface NamedStatement {
   readonly name: string;
   readonly text: string;
+}
+
+/**
+ * Statements that hold nothing on their connection (lease statements, the name registry, inspect): on
+ * the locker's home session, so that they need no connection of their own, or through the pool when
+ * pinned sessions are refused (a transaction pooler). Each goes in order with the lock operations on
+ * home, as a statement of its own (named ones prepared once per session).
+ */
+export class ShortStatements implements Pick<SqlExecutor, 'query'> {
+  constructor(
+    private readonly source: ConnectionSource,
+    private readonly sessions: SessionPool,
+  ) {}
+
+  run<R extends pg.QueryResultRow>(statement: NamedStatement | string, values: unknown[]): Promise<R[]> {
+    if (this.source.refusal) return this.viaPool<R>(statement, values);
+    let home;
+    try {
+      home = this.sessions.home();
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return home.statement<R>(statement, values).catch((err: unknown) => {
+      // The first connection found a transaction pooler: this statement (and every later one) goes through the pool.
+      if (this.source.refusal) return this.viaPool<R>(statement, values);
+      throw err;
+    });
+  }
+
+  query<R>(text: string, values: unknown[] = []): Promise<R[]> {
+    return this.run<pg.QueryResultRow>(text, values) as Promise<R[]>;
+  }
+
+  private async viaPool<R extends pg.QueryResultRow>(statement: NamedStatement | string, values: unknown[]): Promise<R[]> {
+    if (typeof statement !== 'string') return runStatement<R>(this.source.pool, statement, values);
+    return (await this.source.pool.query<R>(statement, values)).rows;
+  }
 }
 
 /**
