@@ -40,78 +40,65 @@ async function clientOf(): Promise<pg.Client> {
   return c;
 }
 
-async function xactTaker(): Promise<Taker> {
+/**
+ * A taker on a client of its own: `enter` takes the name (returning what `leave` needs), `leave` gives it
+ * back after the section. Transaction kinds enter with BEGIN and leave with COMMIT (ROLLBACK on failure).
+ */
+async function clientTaker<T>(
+  kind: string,
+  enter: (c: pg.Client, key: bigint, name: string) => Promise<T>,
+  leave: (c: pg.Client, key: bigint, taken: T) => Promise<unknown>,
+  onFailure: (c: pg.Client) => Promise<unknown> = async () => {},
+): Promise<Taker> {
   const c = await clientOf();
   return {
-    kind: 'xact',
+    kind,
     async take(name, fn) {
-      await c.query('BEGIN');
+      const key = lockKey(name);
+      let taken: T;
       try {
-        await xactLock(c, name, { timeoutMs: 20_000 });
+        taken = await enter(c, key, name);
         await fn();
-        await c.query('COMMIT');
       } catch (err) {
-        await c.query('ROLLBACK');
+        await onFailure(c);
         throw err;
       }
+      await leave(c, key, taken);
     },
     close: () => c.end(),
   };
 }
 
-async function sqlLockTaker(): Promise<Taker> {
-  const c = await clientOf();
-  await c.query(`SET lock_timeout = '20s'`);
-  return {
-    kind: 'sql-lock',
-    async take(name, fn) {
-      await c.query('SELECT pgfence.lock_fenced($1)', [lockKey(name)]);
-      try {
-        await fn();
-      } finally {
-        await c.query('SELECT pgfence.unlock($1)', [lockKey(name)]);
-      }
-    },
-    close: () => c.end(),
-  };
-}
+const inTransaction = async (c: pg.Client, take: () => Promise<unknown>) => {
+  await c.query('BEGIN');
+  await c.query(`SET LOCAL lock_timeout = '20s'`);
+  await take();
+};
+const commit = (c: pg.Client) => c.query('COMMIT');
+const rollback = (c: pg.Client) => c.query('ROLLBACK');
 
-async function sqlLeaseTaker(): Promise<Taker> {
-  const c = await clientOf();
-  return {
-    kind: 'sql-lease',
-    async take(name, fn) {
-      const { rows } = await c.query<{ t: string | null }>('SELECT pgfence.lease($1, 5000, 20000)::text AS t', [lockKey(name)]);
+const xactTaker = () => clientTaker('xact', (c, _key, name) => inTransaction(c, () => xactLock(c, name, { timeoutMs: 20_000 })), commit, rollback);
+const sqlXactTaker = () => clientTaker('sql-xact', (c, key) => inTransaction(c, () => c.query('SELECT pgfence.xact_lock_fenced($1)', [key])), commit, rollback);
+const sqlLockTaker = () =>
+  clientTaker(
+    'sql-lock',
+    async (c, key) => {
+      await c.query(`SET lock_timeout = '20s'`);
+      await c.query('SELECT pgfence.lock_fenced($1)', [key]);
+    },
+    (c, key) => c.query('SELECT pgfence.unlock($1)', [key]),
+    (c) => c.query('SELECT pg_advisory_unlock_all()'), // a failed section: nothing of it stays held
+  );
+const sqlLeaseTaker = () =>
+  clientTaker(
+    'sql-lease',
+    async (c, key) => {
+      const { rows } = await c.query<{ t: string | null }>('SELECT pgfence.lease($1, 5000, 20000)::text AS t', [key]);
       if (rows[0]!.t === null) throw new Error('sql-lease: pgfence.lease timed out');
-      try {
-        await fn();
-      } finally {
-        await c.query('SELECT pgfence.release_lease($1, $2)', [lockKey(name), rows[0]!.t]);
-      }
+      return rows[0]!.t;
     },
-    close: () => c.end(),
-  };
-}
-
-async function sqlXactTaker(): Promise<Taker> {
-  const c = await clientOf();
-  return {
-    kind: 'sql-xact',
-    async take(name, fn) {
-      await c.query('BEGIN');
-      try {
-        await c.query(`SET LOCAL lock_timeout = '20s'`);
-        await c.query('SELECT pgfence.xact_lock_fenced($1)', [lockKey(name)]);
-        await fn();
-        await c.query('COMMIT');
-      } catch (err) {
-        await c.query('ROLLBACK');
-        throw err;
-      }
-    },
-    close: () => c.end(),
-  };
-}
+    (c, key, token) => c.query('SELECT pgfence.release_lease($1, $2)', [key, token]),
+  );
 
 /** Takers loop on `name` until stop() (each section checked for overlap); `turns` counts each one's sections. */
 function loop(takers: Taker[], name: string) {
