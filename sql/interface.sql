@@ -9,7 +9,7 @@
 
 -- public: the interface version. Bumped only by a change to a public function.
 CREATE OR REPLACE FUNCTION pgfence.interface_version() RETURNS int
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1 $$;
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 2 $$;
 
 -- ---- keys: MurmurHash3_x64_128, h1, seed 0 (DESIGN.md "Key derivation") ----
 -- int8 arithmetic raises on overflow, so products and sums are taken in numeric and wrapped to
@@ -114,14 +114,20 @@ BEGIN
 END $$;
 
 -- ---- leases ----
+-- The rules are the Node API's own functions (sql/leases.sql: lease_acquire, lease_renew,
+-- lease_release, lease_live_until); the public functions check their arguments and call them.
 
 -- public: one try at the lease of p_key (lease_acquire, as the Node API's tryLease). granted and the
--- fencing token; when busy, the holder's token and owner and the time left (NULL when a session lock
--- holds the name). p_name is shown by inspect() and `pgfence status`; p_owner defaults to
+-- fencing token; when busy, token is NULL (the token is its holder's alone: it renews and releases the
+-- lease), with the holder's owner, until when the name is held and the time left (NULL when a lock
+-- holds the name: nobody knows for how long). p_min_hold_ms keeps the lease at least that long from
+-- now (minHoldMs, ShedLock's lockAtLeastFor), whether it is released early or its holder dies.
+-- p_name is shown by inspect() and `pgfence status`; p_owner defaults to
 -- "sql:<user>@<client address>:<backend pid>". Autocommit, or commit at once: the lease is taken
 -- (and its token durable) when the transaction commits.
+DROP FUNCTION IF EXISTS pgfence.try_lease(bigint, bigint, text, text, jsonb);
 CREATE OR REPLACE FUNCTION pgfence.try_lease(p_key bigint, p_ttl_ms bigint, p_owner text DEFAULT NULL,
-  p_name text DEFAULT NULL, p_data jsonb DEFAULT NULL)
+  p_name text DEFAULT NULL, p_data jsonb DEFAULT NULL, p_min_hold_ms bigint DEFAULT 0)
 RETURNS TABLE (granted boolean, token bigint, owner text, expires_at timestamptz, remaining_ms bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -135,9 +141,10 @@ BEGIN
   IF p_name IS NOT NULL THEN
     PERFORM pgfence.check_lock_name('name', p_name);
   END IF;
+  PERFORM pgfence.check_duration_ms('min_hold_ms', p_min_hold_ms, 0);
   RETURN QUERY
   SELECT a.granted, a.token, a.owner, a.expires_at, a.remaining_ms
-  FROM pgfence.lease_acquire(p_key, p_name, given_owner, p_ttl_ms, p_data) AS a;
+  FROM pgfence.lease_acquire(p_key, p_name, given_owner, p_ttl_ms, p_data, p_min_hold_ms) AS a;
 END $$;
 
 -- public: waits for the lease of p_key up to p_timeout_ms (NULL: no bound). While a lease holds it, it
@@ -145,8 +152,9 @@ END $$;
 -- seen at the next try); while a lock holds it, it waits in PostgreSQL's queue (queue_for_key).
 -- Returns the token, or NULL at the timeout. Call it in autocommit: the lease and its token commit
 -- with the statement.
+DROP FUNCTION IF EXISTS pgfence.lease(bigint, bigint, bigint, text, text, jsonb);
 CREATE OR REPLACE FUNCTION pgfence.lease(p_key bigint, p_ttl_ms bigint, p_timeout_ms bigint DEFAULT NULL,
-  p_owner text DEFAULT NULL, p_name text DEFAULT NULL, p_data jsonb DEFAULT NULL)
+  p_owner text DEFAULT NULL, p_name text DEFAULT NULL, p_data jsonb DEFAULT NULL, p_min_hold_ms bigint DEFAULT 0)
 RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -157,7 +165,7 @@ BEGIN
     PERFORM pgfence.check_duration_ms('timeout_ms', p_timeout_ms, 0);
   END IF;
   LOOP
-    SELECT * INTO r FROM pgfence.try_lease(p_key, p_ttl_ms, p_owner, p_name, p_data);
+    SELECT * INTO r FROM pgfence.try_lease(p_key, p_ttl_ms, p_owner, p_name, p_data, p_min_hold_ms);
     IF r.granted THEN
       RETURN r.token;
     END IF;
@@ -181,65 +189,41 @@ END $$;
 -- when the lease is no longer this token's (expired, released or taken over): stop working then.
 CREATE OR REPLACE FUNCTION pgfence.renew_lease(p_key bigint, p_token bigint, p_ttl_ms bigint) RETURNS timestamptz
 LANGUAGE plpgsql AS $$
-DECLARE
-  renewed timestamptz;
 BEGIN
   IF p_key IS NULL THEN
     PERFORM pgfence.null_argument('key');
   END IF;
   PERFORM pgfence.check_token(p_token);
   PERFORM pgfence.check_duration_ms('ttl_ms', p_ttl_ms, 100);
-  UPDATE pgfence.leases
-     SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + p_ttl_ms * interval '1 millisecond'
-   WHERE key = p_key AND token = p_token AND released_at IS NULL AND expires_at > clock_timestamp()
-  RETURNING leases.expires_at INTO renewed;
-  RETURN renewed;
+  RETURN (SELECT r.expires_at FROM pgfence.lease_renew(p_key, p_token, p_ttl_ms) AS r);
 END $$;
 
 -- internal: wakes the waiters other sessions announced for p_key (their marker lock, the int4 pair of
--- the key, is held: see src/wait/marker-sql.ts), as the Node API's releases do (notifyIfWaiters).
-CREATE OR REPLACE FUNCTION pgfence.notify_waiters(p_key bigint) RETURNS void
-LANGUAGE plpgsql AS $$
-DECLARE
-  hi constant int4 := (p_key >> 32)::int4;
-  lo constant int4 := ((p_key & 4294967295) - ((p_key & 2147483648) << 1))::int4;
-BEGIN
-  IF NOT (pg_try_advisory_lock(hi, lo) AND pg_advisory_unlock(hi, lo)) THEN
-    PERFORM pg_notify('pgfence_release', p_key::text);
-  END IF;
-END $$;
+-- the key, is held): 1 = none waits, 3 = notified. The Node API's notifyIfWaiters
+-- (src/wait/marker-sql.ts) writes the same expression into its statements;
+-- test/sql-lease-rules.test.ts holds the two texts equal.
+DROP FUNCTION IF EXISTS pgfence.notify_waiters(bigint);
+CREATE OR REPLACE FUNCTION pgfence.notify_waiters(p_key bigint) RETURNS int
+LANGUAGE sql VOLATILE AS $$
+SELECT CASE WHEN pg_try_advisory_lock((p_key >> 32)::int4, ((p_key & 4294967295) - ((p_key & 2147483648) << 1))::int4) AND pg_advisory_unlock((p_key >> 32)::int4, ((p_key & 4294967295) - ((p_key & 2147483648) << 1))::int4) THEN 1
+    ELSE 3 + (pg_notify('pgfence_release', p_key::text) IS NULL)::int END
+$$;
 
--- public: releases the lease held with p_token; true when it was this token's and live. With
--- p_min_hold_ms (at-least-for, ShedLock's lockAtLeastFor) the lease is kept until acquired_at +
--- p_min_hold_ms on the database clock when that is still ahead: nobody can take it before then, so
--- a job that ran quickly is not run again by a node whose schedule fired later. Waiters of other
--- sessions are woken (NOTIFY) only by a release that frees the lease now; a kept one wakes nobody.
--- The Node API applies the same rule in one inline statement (releaseLeaseSql, src/lease/lease-sql.ts).
+-- public: releases the lease held with p_token (lease_release); true when it was this token's and
+-- live. With p_min_hold_ms (at-least-for, ShedLock's lockAtLeastFor) the lease is kept until
+-- acquired_at + p_min_hold_ms on the database clock when that is still ahead (as try_lease's
+-- p_min_hold_ms, which also outlives a holder that never releases): nobody can take it before then.
+-- Waiters of other sessions are woken (NOTIFY) only by a release that frees the lease now.
 CREATE OR REPLACE FUNCTION pgfence.release_lease(p_key bigint, p_token bigint, p_min_hold_ms bigint DEFAULT 0)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
-DECLARE
-  now_ts timestamptz := clock_timestamp();
-  freed boolean;
 BEGIN
   IF p_key IS NULL THEN
     PERFORM pgfence.null_argument('key');
   END IF;
   PERFORM pgfence.check_token(p_token);
   PERFORM pgfence.check_duration_ms('min_hold_ms', p_min_hold_ms, 0);
-  UPDATE pgfence.leases l
-     SET released_at = CASE WHEN l.acquired_at + p_min_hold_ms * interval '1 millisecond' > now_ts THEN NULL ELSE now_ts END,
-         expires_at = CASE WHEN l.acquired_at + p_min_hold_ms * interval '1 millisecond' > now_ts
-                           THEN l.acquired_at + p_min_hold_ms * interval '1 millisecond' ELSE l.expires_at END
-   WHERE l.key = p_key AND l.token = p_token AND l.released_at IS NULL AND l.expires_at > now_ts
-  RETURNING l.released_at IS NOT NULL INTO freed;
-  IF NOT FOUND THEN
-    RETURN false;
-  END IF;
-  IF freed THEN
-    PERFORM pgfence.notify_waiters(p_key);
-  END IF;
-  RETURN true;
+  RETURN pgfence.lease_release(p_key, p_token, p_min_hold_ms);
 END $$;
 
 -- ---- fenced advisory locks ----

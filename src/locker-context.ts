@@ -45,8 +45,8 @@ export class PgLockerContext implements LockerContext {
     }
   }
 
-  checkBudget(target: LockTarget, count?: number): void {
-    this.budget.check(target, count);
+  checkBudget(target: LockTarget, count?: number): Promise<void> | null {
+    return this.budget.check(target, count);
   }
 
   checkOpen(): void {

@@ -19,8 +19,11 @@ export interface LockerContext {
   readonly refusal: Error | null;
   /** Throws NestedLockError for a request that would wait inside a callback where the nesting rules forbid it, unless allowNested. */
   checkNesting(target: LockTarget, allowNested: unknown, kind: 'lock' | 'lease' | 'semaphore', timeoutMs: number): void;
-  /** Throws LockBudgetError when `count` more advisory locks would pass maxHeldLocks. */
-  checkBudget(target: LockTarget, count?: number): void;
+  /**
+   * Throws LockBudgetError when `count` more advisory locks would pass maxHeldLocks; past the
+   * server-wide guard by its last sample, a promise that checks a fresh one (LockTableFullError).
+   */
+  checkBudget(target: LockTarget, count?: number): Promise<void> | null;
   /** Throws LockerClosedError once close() was called. */
   checkOpen(): void;
   /** Records a key's name for inspect and status (written in batches). */

@@ -1,5 +1,5 @@
 import { EventEmitter } from 'node:events';
-import { acquireAll, type AcquireOptions, acquireRequest, type AcquireRequest, AdvisoryLockManager, type CompositeLockHandle, type FencedAcquireOptions, leaderGuardRequest, LockBudget, type Semaphore, SemaphoreManager, type SemaphoreOptions, sessionLockStatements, tryAcquireRequest, warmGuardSql } from './advisory/index.js';
+import { acquireAll, type AcquireOptions, acquireRequest, type AcquireRequest, AdvisoryLockManager, type CompositeLockHandle, type FencedAcquireOptions, leaderGuardRequest, LockBudget, type Semaphore, serverLockSampler, SemaphoreManager, type SemaphoreOptions, sessionLockStatements, tryAcquireRequest, warmGuardSql } from './advisory/index.js';
 import type { FencedLockHandle, LockHandle } from './core/index.js';
 import { LockerParts } from './locker-parts.js';
 import { resolveLock, type LockName } from './keys.js';
@@ -232,9 +232,11 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
       opts.maxHeldLocks,
       () => this.locks.held + this.locks.waiting + this.semaphores.held + this.semaphores.waiting,
       logger,
+      serverLockSampler(() => this.sessions),
+      keepaliveMs,
     );
     const pinnedSettings = new PinnedSessionSettings(deadClientBounds(keepaliveMs, deadlineMs), logger);
-    pinnedSettings.onLockTable = (size) => budget.learnLockTable(size);
+    pinnedSettings.onLockTable = (size, advisory) => budget.learnLockTable(size, advisory);
     this.source = new ConnectionSource(
       {
         connectionString: opts.connectionString,
@@ -378,7 +380,7 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
   close(): Promise<void> {
     this.closing ??= (async () => {
       await Promise.all([...this.campaigns].map((c) => c.closeWithLocker()));
-      await Promise.all([this.parts.close(), this.names.flush()]);
+      await Promise.all([this.parts.close(), this.names.close()]);
       this.sessions.close();
       this.listener.close();
       await this.source.end();

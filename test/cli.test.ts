@@ -1,6 +1,6 @@
 // The pgfence command, run as a real child process (dist/cli/main.js) against a database of this file's own.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -334,7 +334,9 @@ describe('pgfence run', () => {
 
   it('never runs two children of one name at once; with --wait 0 a busy lock exits 75 without running', async () => {
     const name = 'cli:overlap';
-    const first = start(['run', name, '--', node, CHILD, 'interval', file('ov-a'), '1500']);
+    // The first child holds the lock until the test opens its gate (a fixed hold could end, under load,
+    // before the busy run below has even connected).
+    const first = start(['run', name, '--', node, CHILD, 'gate', file('ov-a'), file('ov-gate')]);
     await eventually(() => read('ov-a').includes('start'), 20_000, 'the first child to start');
 
     const busy = await pgfence(['run', name, '--wait', '0', '--', node, CHILD, 'interval', file('ov-busy'), '10']);
@@ -344,6 +346,7 @@ describe('pgfence run', () => {
 
     // Waiters queue up and run one after another.
     const waiters = ['ov-b', 'ov-c', 'ov-d'].map((f) => start(['run', name, '--wait', '60s', '--', node, CHILD, 'interval', file(f), '200']));
+    writeFileSync(file('ov-gate'), '');
     const results = await Promise.all([first.done, ...waiters.map((w) => w.done)]);
     expect(results.map((r) => r.code)).toEqual([0, 0, 0, 0]);
 
@@ -437,16 +440,37 @@ describe('pgfence run', () => {
     const pool = new pg.Pool({ connectionString: db.url, max: 1 });
     try {
       const { rows } = await pool.query(
-        `SELECT extract(epoch FROM expires_at - acquired_at) * 1000 AS held_ms, released_at IS NULL AS kept
-           FROM pgfence.leases WHERE name = 'cli:at-least'`,
+        `SELECT extract(epoch FROM held_until - acquired_at) * 1000 AS held_ms, pgfence.lease_live(l, clock_timestamp()) AS kept
+           FROM pgfence.leases l WHERE name = 'cli:at-least'`,
       );
       expect({ held: Number(rows[0].held_ms), kept: rows[0].kept }).toEqual({ held: 60_000, kept: true });
       const again = await pgfence(['run', 'cli:at-least', '--lease', '--', 'true']);
       expect(again.code).toBe(75);
       expect(again.stderr).toContain('busy');
       // Once the hold is over (moved into the past here) the next run goes ahead.
-      await pool.query(`UPDATE pgfence.leases SET expires_at = clock_timestamp() WHERE name = 'cli:at-least'`);
+      await pool.query(`UPDATE pgfence.leases SET expires_at = clock_timestamp(), held_until = clock_timestamp() WHERE name = 'cli:at-least'`);
       expect((await pgfence(['run', 'cli:at-least', '--lease', '--', 'true'])).code).toBe(0);
+    } finally {
+      await pool.end();
+    }
+  });
+
+  it('--lease --at-least holds the name when pgfence itself is killed before it can release (SIGKILL)', async () => {
+    // The command kills its parent, pgfence: no release, no renewal. The lease runs out at its TTL, the hold does not.
+    const r = await pgfence(['run', 'cli:at-least-killed', '--lease', '--ttl', '1s', '--at-least', '60s', '--', 'sh', '-c', 'kill -KILL $PPID']);
+    expect(r.signal).toBe('SIGKILL');
+    const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+    try {
+      const state = async () =>
+        (
+          await pool.query<{ expired: boolean; live: boolean }>(
+            `SELECT expires_at < clock_timestamp() AS expired, pgfence.lease_live(l, clock_timestamp()) AS live
+               FROM pgfence.leases l WHERE name = 'cli:at-least-killed'`,
+          )
+        ).rows[0]!;
+      await eventually(async () => (await state()).expired, 15_000, 'the TTL to run out on the database clock');
+      expect((await state()).live).toBe(true);
+      expect((await pgfence(['run', 'cli:at-least-killed', '--lease', '--', 'true'])).code).toBe(75);
     } finally {
       await pool.end();
     }

@@ -216,7 +216,7 @@ describe('leases', () => {
     const before = await rowNow();
     // An earlier holder's token, and one nobody was given: neither can extend or end the lease.
     for (const token of [first.token, owner.token + 1000n]) {
-      expect((await admin.query(renewLeaseSql, [key, token, 600_000])).rows[0]).toEqual({ expires_at: null, current_token: String(owner.token) });
+      expect((await admin.query(renewLeaseSql, [key, token, 600_000])).rows[0]).toEqual({ expires_at: null, taken_over: true });
       expect((await admin.query(releaseLeaseSql, [key, token, 0])).rows[0].released).toBe(false);
     }
     expect(await rowNow()).toEqual(before);

@@ -204,9 +204,6 @@ describe('documentation code blocks', () => {
 });
 
 describe('documentation links', () => {
-  /** Guides other branches write (the lead merges them): tolerated while missing, checked once present. */
-  const WRITTEN_ELSEWHERE = new Set(['docs/sizing.md']);
-
   it('every relative link names a file of the repository, and every #anchor a heading of its target', () => {
     const broken: string[] = [];
     for (const file of documentationFiles(root)) {
@@ -216,7 +213,7 @@ describe('documentation links', () => {
         const [path = '', anchor] = target!.split('#');
         const resolved = path === '' ? file : join(dirname(file), path);
         if (!existsSync(join(root, resolved))) {
-          if (!WRITTEN_ELSEWHERE.has(resolved)) broken.push(`${file}: (${target}): no ${resolved}`);
+          broken.push(`${file}: (${target}): no ${resolved}`);
           continue;
         }
         if (anchor !== undefined && resolved.endsWith('.md') && !headingSlugs(readFileSync(join(root, resolved), 'utf8')).has(anchor)) {

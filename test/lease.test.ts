@@ -61,7 +61,7 @@ describe('leases', () => {
 
     // The stale holder's statements themselves, as a paused holder would send them: the database refuses.
     const renewed = (await pool.query(renewLeaseSql, [key, old.token, 60_000])).rows[0];
-    expect(renewed).toEqual({ expires_at: null, current_token: String(fresh.token) });
+    expect(renewed).toEqual({ expires_at: null, taken_over: true });
     expect((await pool.query(releaseLeaseSql, [key, old.token, 0])).rows[0].released).toBe(false);
     expect(await everything()).toEqual(before);
 

@@ -1,3 +1,4 @@
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLocker, InvalidArgumentError, LockBudgetError, LockTableFullError, type LockHandle } from '../src/index.js';
 import { capabilityMissing } from './support/capability.js';
@@ -100,4 +101,70 @@ describe.skipIf(skipped)("the server's lock table", () => {
     expect(await connectsAndAnswers(cluster.url)).toBe(true);
     await locker.close();
   });
+});
+
+describe.skipIf(skipped)('the server-wide lock-table guard', () => {
+  let cluster: PrivateCluster;
+  // 10 x (40 + 0) = 400 by the formula: pgfence's lockers together keep under three quarters of it (300).
+  beforeAll(async () => {
+    cluster = await startPrivateCluster({ settings: { max_locks_per_transaction: 10, max_connections: 40 } });
+  }, 120_000);
+  afterAll(async () => {
+    await cluster?.stop();
+  }, 60_000);
+
+  it("12 lockers taking all they can never fill the server's lock table: another application's 250 locks never fail", async () => {
+    const app = appName('guard');
+    const url = `${cluster.url}?application_name=${app}`;
+    const lockers = Array.from({ length: 12 }, () => track(createLocker({ connectionString: url, maxSessions: 1, maxHeldLocks: 1000 })));
+    // Another application: transactions that each need 250 slots of the shared lock table.
+    const other = new pg.Client({ connectionString: cluster.url });
+    await other.connect();
+    const otherErrors: unknown[] = [];
+    let otherRuns = 0;
+    let lockersDone = false;
+    const otherApp = (async () => {
+      while (!lockersDone || otherRuns < 3) {
+        try {
+          await other.query('BEGIN');
+          await other.query('SELECT count(pg_advisory_xact_lock(-k)) FROM generate_series(1, 250) AS k');
+          await other.query('COMMIT');
+          otherRuns++;
+        } catch (err) {
+          otherErrors.push(err);
+          await other.query('ROLLBACK').catch(() => {}); // the error is what the test reports
+        }
+      }
+    })();
+    const refusals: unknown[] = [];
+    const held: LockHandle[] = [];
+    await Promise.all(
+      lockers.flatMap((locker, l) =>
+        Array.from({ length: 4 }, async (_, w) => {
+          for (let i = 0; i < 300; i++) {
+            try {
+              const h = await locker.tryAcquire(`guard:${l}:${w}:${i}`);
+              if (h) held.push(h);
+            } catch (err) {
+              // Refused: try again (a lock the other application lets go of would otherwise be taken).
+              refusals.push(err);
+            }
+          }
+        }),
+      ),
+    );
+    lockersDone = true;
+    await otherApp;
+    await other.end();
+    expect(otherErrors).toEqual([]);
+    // Every refusal is typed: the guard's (or a locker's own budget).
+    for (const err of refusals) expect(['PGFENCE_LOCK_TABLE_FULL', 'PGFENCE_LOCK_BUDGET']).toContain((err as { code?: string }).code);
+    expect(refusals.some((e) => (e as LockTableFullError).guard)).toBe(true);
+    expect(await advisoryLocksOf(cluster.url, app)).toBe(held.length);
+    // Under three quarters of the table (300), give or take what lockers growing at the same moment take
+    // between two samples (docs/sizing.md states 15%).
+    expect(held.length).toBeLessThanOrEqual(345);
+    expect(held.length).toBeGreaterThan(150); // the guard refuses near its share, not long before
+    await Promise.all(held.map((h) => h.release()));
+  }, 120_000);
 });

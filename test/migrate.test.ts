@@ -172,6 +172,7 @@ describe('migrate() with the package schema', () => {
       'leases.expires_at timestamp with time zone not null',
       'leases.released_at timestamp with time zone',
       'leases.data jsonb',
+      'leases.held_until timestamp with time zone',
       'lock_names.key bigint not null',
       'lock_names.name text not null',
       'lock_names.namespace text',
@@ -186,6 +187,7 @@ describe('migrate() with the package schema', () => {
     expect(history).toEqual([
       { version: 1, name: '0001_schema.sql', checksum: expect.stringMatching(/^[0-9a-f]{64}$/) },
       { version: 2, name: '0002_lease_updates_stay_hot.sql', checksum: expect.stringMatching(/^[0-9a-f]{64}$/) },
+      { version: 3, name: '0003_lease_hold_until.sql', checksum: expect.stringMatching(/^[0-9a-f]{64}$/) },
     ]);
   });
 

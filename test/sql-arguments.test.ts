@@ -201,7 +201,7 @@ describe('Node and SQL refuse the same values', () => {
       const viaNode = await locker.tryLease('agree:hold', { minHoldMs, ttlMs: 1000 }).then(
         async (h) => {
           await h?.release();
-          await pool.query("UPDATE pgfence.leases SET expires_at = clock_timestamp() WHERE key = pgfence.lock_key('agree:hold')");
+          await pool.query("UPDATE pgfence.leases SET expires_at = clock_timestamp(), held_until = NULL WHERE key = pgfence.lock_key('agree:hold')");
           return 'ok';
         },
         (err: unknown) => (err instanceof InvalidArgumentError ? 'refused' : `error ${(err as Error).message}`),

@@ -35,6 +35,11 @@ function call(client: pg.Client, protocol: Protocol, fn: string, key: bigint): P
   const q = protocol === 'simple' ? client.query(`SELECT pgfence.${fn}(${key})::text AS v`) : client.query('SELECT pgfence.' + fn + '($1)::text AS v', [key]);
   return q.then((r) => r.rows[0].v as string | null);
 }
+/**
+ * PostgreSQL sends a statement's error before it aborts the transaction (which gives the locks back):
+ * the connection's next statement runs after that, so once it answers, what is still held stays held.
+ */
+const settled = (client: pg.Client) => client.query('SELECT 1');
 const failure = (p: Promise<unknown>) =>
   p.then(
     () => null,
@@ -65,6 +70,7 @@ describe('a failed call holds nothing (issue 19, item 1)', () => {
         const a = await connect();
         await a.query('SET default_transaction_read_only = on');
         expect((await failure(call(a, protocol, fn, key)))?.code).toBe('25006');
+        await settled(a);
         expect(await heldBy(a, key)).toBe(0);
         const b = await connect();
         expect(await call(b, protocol, 'try_lock_fenced', key)).not.toBeNull();
@@ -82,6 +88,7 @@ describe('a failed call holds nothing (issue 19, item 1)', () => {
       const a = await connect();
       await a.query('INSERT INTO pgfence.fencing_tokens (key, token) VALUES ($1, 9223372036854775807)', [key]);
       expect((await failure(call(a, 'extended', fn, key)))?.code).toBe('PGF02');
+      await settled(a);
       expect(await heldBy(a, key)).toBe(0);
       const locker = track(createLocker({ connectionString: db.url }));
       const h = await locker.tryAcquire(name);
@@ -98,6 +105,7 @@ describe('a failed call holds nothing (issue 19, item 1)', () => {
     const a = await connect();
     await a.query(`SET statement_timeout = '300ms'`);
     expect((await failure(call(a, 'extended', 'lock_fenced', key)))?.code).toBe('57014');
+    await settled(a);
     expect(await heldBy(a, key)).toBe(0);
     await lease.release();
   });
@@ -179,6 +187,7 @@ describe('transaction locks of SQL need a transaction block (issue 19, item 3)',
         const err = await failure(call(a, protocol, fn, key));
         expect(err?.code, err?.message).toBe('25P01');
         expect(err?.message).toMatch(/need a transaction block/);
+        await settled(a);
         expect(await lastToken(key)).toBe(before);
         expect(await heldBy(a, key)).toBe(0);
       });

@@ -2,25 +2,14 @@
 // called as another language would, against the same tables and counters as the Node API.
 import { readFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
-import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createLocker, InvalidArgumentError, lockKey } from '../src/index.js';
+import { describe, expect, it } from 'vitest';
+import { InvalidArgumentError, lockKey } from '../src/index.js';
 import { NOTIFY_CHANNEL } from '../src/session/listener.js';
-import { eventually, track, useMigratedDatabase } from './support/db.js';
+import { eventually } from './support/db.js';
+import { useSqlDatabase } from './support/sql-database.js';
 
-let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
-let pool: pg.Pool;
-const open = () => track(createLocker({ connectionString: db.url }));
-const one = async <T = Record<string, unknown>>(text: string, values: unknown[] = []): Promise<T> =>
-  (await pool.query(text, values)).rows[0] as T;
-
-beforeAll(async () => {
-  db = await useMigratedDatabase('sql_interface');
-  pool = new pg.Pool({ connectionString: db.url, max: 4 });
-});
-afterAll(async () => {
-  await pool.end();
-});
+const db = useSqlDatabase('sql_interface');
+const { one, open } = db;
 
 /** A random name of 1..maxChars characters from ASCII, Latin-1, CJK and astral planes. */
 function randomName(maxChars: number): string {
@@ -62,7 +51,7 @@ describe('pgfence.lock_key', () => {
       names.push(name);
       namespaces.push(i % 3 === 0 ? randomName(12) : null);
     }
-    const { rows } = await pool.query<{ key: string }>(
+    const { rows } = await db.pool.query<{ key: string }>(
       'SELECT pgfence.lock_key(n, ns)::text AS key FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(n, ns, i) ORDER BY i',
       [names, namespaces],
     );
@@ -74,11 +63,11 @@ describe('pgfence.lock_key', () => {
 
   it('refuses the names Node refuses (empty, over 1024 bytes) with 22023', async () => {
     for (const bad of ['', 'x'.repeat(1025), 'é'.repeat(513)]) {
-      await expect(pool.query('SELECT pgfence.lock_key($1)', [bad])).rejects.toMatchObject({ code: '22023' });
+      await expect(db.pool.query('SELECT pgfence.lock_key($1)', [bad])).rejects.toMatchObject({ code: '22023' });
       expect(() => lockKey(bad)).toThrow(InvalidArgumentError);
     }
-    await expect(pool.query("SELECT pgfence.lock_key('a', '')")).rejects.toMatchObject({ code: '22023' });
-    expect((await one<{ v: number }>('SELECT pgfence.interface_version() AS v')).v).toBe(1);
+    await expect(db.pool.query("SELECT pgfence.lock_key('a', '')")).rejects.toMatchObject({ code: '22023' });
+    expect((await one<{ v: number }>('SELECT pgfence.interface_version() AS v')).v).toBe(2);
   });
 });
 
@@ -99,7 +88,7 @@ describe('leases and fenced locks through SQL and Node exclude each other and sh
     const b = (await locker.tryLease('sql:lease'))!;
     expect(b.token).toBe(BigInt(a.token) + 1n);
     const busy = await one<{ granted: boolean; token: string; owner: string }>('SELECT granted, token::text, owner FROM pgfence.try_lease($1, 5000)', [key]);
-    expect(busy).toMatchObject({ granted: false, token: String(b.token) });
+    expect(busy, 'a busy answer names the holder, never its token').toMatchObject({ granted: false, token: null, owner: b.owner });
     expect((await one<{ r: boolean }>('SELECT pgfence.release_lease($1, $2) AS r', [key, a.token])).r).toBe(false); // an old token frees nothing
     await b.release();
 
@@ -110,7 +99,7 @@ describe('leases and fenced locks through SQL and Node exclude each other and sh
   it('session locks: a lock taken in SQL keeps Node out (lock and lease), and its unlock wakes a Node waiter', async () => {
     const locker = open();
     const key = lockKey('sql:session');
-    const client = await pool.connect();
+    const client = await db.pool.connect();
     try {
       const t1 = BigInt((await client.query('SELECT pgfence.lock_fenced($1)::text AS t', [key])).rows[0].t);
       expect(await locker.tryAcquire('sql:session')).toBeNull();
@@ -143,9 +132,9 @@ describe('leases and fenced locks through SQL and Node exclude each other and sh
 
   it('unlock and release_lease of SQL wake the waiters other sessions announced (NOTIFY), as Node releases do', async () => {
     const key = lockKey('sql:wake');
-    const listener = await pool.connect();
-    const marker = await pool.connect();
-    const other = await pool.connect(); // the SQL client: a session lock is unlocked on the session that took it
+    const listener = await db.pool.connect();
+    const marker = await db.pool.connect();
+    const other = await db.pool.connect(); // the SQL client: a session lock is unlocked on the session that took it
     const heard: string[] = [];
     try {
       listener.on('notification', (n) => heard.push(n.payload!));
@@ -171,7 +160,7 @@ describe('leases and fenced locks through SQL and Node exclude each other and sh
     const locker = open();
     const key = lockKey('sql:waits-lease');
     const lease = await locker.lease('sql:waits-lease', { ttlMs: 5000 });
-    const client = await pool.connect();
+    const client = await db.pool.connect();
     try {
       const taking = client.query('SELECT pgfence.lock_fenced($1)::text AS t', [key]);
       let taken = false;
@@ -188,9 +177,9 @@ describe('leases and fenced locks through SQL and Node exclude each other and sh
   });
 
   it('refuses bad arguments (22023) and NULL ones (22004) before touching anything (more: sql-arguments.test.ts)', async () => {
-    await expect(pool.query('SELECT * FROM pgfence.try_lease(1, 50)')).rejects.toMatchObject({ code: '22023' });
-    await expect(pool.query('SELECT * FROM pgfence.try_lease(NULL, 500)')).rejects.toMatchObject({ code: '22004' });
-    await expect(pool.query('SELECT pgfence.release_lease(1, 1, -1)')).rejects.toMatchObject({ code: '22023' });
+    await expect(db.pool.query('SELECT * FROM pgfence.try_lease(1, 50)')).rejects.toMatchObject({ code: '22023' });
+    await expect(db.pool.query('SELECT * FROM pgfence.try_lease(NULL, 500)')).rejects.toMatchObject({ code: '22004' });
+    await expect(db.pool.query('SELECT pgfence.release_lease(1, 1, -1)')).rejects.toMatchObject({ code: '22023' });
   });
 });
 
@@ -202,13 +191,13 @@ describe('at-least-for holds (minHoldMs) on the database clock', () => {
     const l = await a.lease('hold:job', { ttlMs: 10_000, minHoldMs: 1500 });
     expect(await l.release()).toBe(true);
     const r = await one<{ held_for_ms: string; released: boolean; live: boolean; hold_end: Date }>(
-      `SELECT extract(epoch FROM expires_at - acquired_at) * 1000 AS held_for_ms, released_at IS NOT NULL AS released,
-              expires_at > clock_timestamp() AS live, expires_at AS hold_end
-         FROM pgfence.leases WHERE key = $1`,
+      `SELECT extract(epoch FROM held_until - acquired_at) * 1000 AS held_for_ms, released_at IS NOT NULL AS released,
+              pgfence.lease_live(l, clock_timestamp()) AS live, pgfence.lease_live_until(l) AS hold_end
+         FROM pgfence.leases l WHERE key = $1`,
       [key],
     );
     expect(Number(r.held_for_ms)).toBe(1500);
-    expect(r.released).toBe(false);
+    expect(r.released).toBe(true);
     if (r.live) expect(await b.tryLease('hold:job')).toBeNull();
     const waited = await b.lease('hold:job', { timeoutMs: 20_000 });
     expect(waited.token).toBe(l.token + 1n);
@@ -233,7 +222,7 @@ describe('at-least-for holds (minHoldMs) on the database clock', () => {
     const long = await a.lease('hold:past', { ttlMs: 200, renew: false, minHoldMs: 60_000 });
     expect(await long.release()).toBe(true);
     const r = await one<{ held_for_ms: string }>(
-      'SELECT extract(epoch FROM expires_at - acquired_at) * 1000 AS held_for_ms FROM pgfence.leases WHERE key = $1',
+      'SELECT extract(epoch FROM pgfence.lease_live_until(l) - acquired_at) * 1000 AS held_for_ms FROM pgfence.leases l WHERE key = $1',
       [key],
     );
     expect(Number(r.held_for_ms)).toBe(60_000);
@@ -243,8 +232,8 @@ describe('at-least-for holds (minHoldMs) on the database clock', () => {
   it('a kept release NOTIFYs nobody (no busy wake-ups); a release that frees the lease does', async () => {
     const a = open();
     const key = lockKey('hold:notify');
-    const listener = await pool.connect();
-    const marker = await pool.connect();
+    const listener = await db.pool.connect();
+    const marker = await db.pool.connect();
     const heard: string[] = [];
     try {
       listener.on('notification', (n) => heard.push(n.payload!));
@@ -255,10 +244,10 @@ describe('at-least-for holds (minHoldMs) on the database clock', () => {
       expect(await kept.release()).toBe(true);
       // A sentinel committed after the release: the queue delivers in commit order, so once it is
       // heard, any NOTIFY of the release would have been heard before it.
-      await pool.query(`SELECT pg_notify('${NOTIFY_CHANNEL}', 'sentinel')`);
+      await db.pool.query(`SELECT pg_notify('${NOTIFY_CHANNEL}', 'sentinel')`);
       await eventually(() => heard.includes('sentinel'));
       expect(heard).toEqual(['sentinel']);
-      await pool.query('UPDATE pgfence.leases SET expires_at = clock_timestamp() WHERE key = $1', [key]); // end the hold
+      await db.pool.query('UPDATE pgfence.leases SET expires_at = clock_timestamp(), held_until = clock_timestamp() WHERE key = $1', [key]); // end the hold
       const freed = await a.lease('hold:notify');
       expect(await freed.release()).toBe(true);
       await eventually(() => heard.length > 1);

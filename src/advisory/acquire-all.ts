@@ -40,7 +40,8 @@ export async function acquireAll(
   const first = acquireRequest(ctx, names[0], o, 'acquireAll');
   // One canonical order (ascending key) for every caller: two acquireAll calls can never wait on each other in a cycle.
   const ordered = [...targets.values()].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
-  ctx.checkBudget(first.target, ordered.length);
+  const admission = ctx.checkBudget(first.target, ordered.length);
+  if (admission) return admission.then(() => takeAll(locks, first, ordered, (pending) => ctx.refusedIfPooled(pending)));
   return takeAll(locks, first, ordered, (pending) => ctx.refusedIfPooled(pending));
 }
 

@@ -54,7 +54,7 @@ export function acquireRequest(ctx: LockerContext, name: LockName | undefined, o
   };
   ctx.checkNesting(target, o.allowNested, 'lock', request.timeoutMs);
   if (ctx.refusal) throw ctx.refusal;
-  ctx.checkBudget(target);
+  request.admission = ctx.checkBudget(target) ?? undefined;
   ctx.noteName(target.key, target.name);
   return request;
 }

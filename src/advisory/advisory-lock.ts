@@ -16,6 +16,8 @@ export interface AcquireRequest {
   kind?: 'lock' | 'leader';
   /** Part of a large acquireAll: tried on the bulk slot's session (SessionPool.lockSessionFor). */
   bulk?: boolean;
+  /** The server-wide lock-table guard asks the server again before admitting it (see LockBudget.check). */
+  admission?: Promise<void>;
 }
 
 /** A session advisory lock held by this locker. */

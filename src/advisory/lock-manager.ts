@@ -3,6 +3,7 @@ import type { Observer } from '../observe/index.js';
 import { type ReleaseListener, type Session, SessionLostError, type SessionPool } from '../session/index.js';
 import { WaitCount, type WaiterQueue } from '../wait/index.js';
 import { BlockingWait } from './blocking-wait.js';
+import { afterAdmission } from './lock-budget.js';
 import { KeyLock, type KeyLockContext } from './key-lock.js';
 import { AdvisoryLockHandle, type AcquireRequest } from './advisory-lock.js';
 import type { LockTarget } from '../keys.js';
@@ -71,7 +72,7 @@ export class AdvisoryLockManager {
   acquire(request: AcquireRequest, nullOnTimeout: boolean): Promise<AdvisoryLockHandle | null> {
     if (this.closed) return Promise.reject(new LockerClosedError());
     if (request.signal?.aborted) return Promise.reject(request.signal.reason);
-    return this.lockOf(request.target.key).line.enqueue(request, nullOnTimeout);
+    return afterAdmission(request, () => this.lockOf(request.target.key).line.enqueue(request, nullOnTimeout));
   }
 
   /**

@@ -77,6 +77,6 @@ function permitRequest(
   const request: PermitRequest = { ...spec, timeoutMs, signal };
   ctx.checkNesting(spec.target, allowNested, 'semaphore', timeoutMs);
   if (ctx.refusal) throw ctx.refusal;
-  ctx.checkBudget(spec.target);
+  request.admission = ctx.checkBudget(spec.target) ?? undefined;
   return request;
 }

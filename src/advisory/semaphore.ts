@@ -4,6 +4,7 @@ import { optionKeys } from '../options.js';
 import type { Observer } from '../observe/index.js';
 import { type ReleaseListener, type Session, SessionLostError, type SessionPool } from '../session/index.js';
 import { releaseSlotSql, tryAnySlotSql } from './semaphore-sql.js';
+import { afterAdmission } from './lock-budget.js';
 import { type Attempt, type AttemptPhase, closedError, type LineRequest, WaitLines } from '../wait/index.js';
 
 export interface SemaphoreOptions {
@@ -70,6 +71,8 @@ export interface PermitRequest extends LineRequest {
   /** Where its waiters are announced and its sessions chosen. */
   baseKey: bigint;
   slots: readonly bigint[];
+  /** The server-wide lock-table guard asks the server again before admitting it (see LockBudget.check). */
+  admission?: Promise<void>;
 }
 
 /** The keys of a semaphore: a base key and one slot key per permit, none of which a user name can produce. */
@@ -116,7 +119,7 @@ export class SemaphoreManager {
 
   acquire(request: PermitRequest, nullOnTimeout: boolean): Promise<PermitHandle | null> {
     if (this.closed) return Promise.reject(closedError());
-    return this.lines.enqueue(request.baseKey, request, nullOnTimeout);
+    return afterAdmission(request, () => this.lines.enqueue(request.baseKey, request, nullOnTimeout));
   }
 
   onRelease(key: bigint): void {

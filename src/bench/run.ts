@@ -18,6 +18,7 @@ import { fresh } from './measurements/fresh.js';
 import { handoff } from './measurements/handoff.js';
 import { many } from './measurements/many.js';
 import { names } from './measurements/names.js';
+import { pooled } from './measurements/pooled.js';
 import { sqlInterface } from './measurements/sql-interface.js';
 import { uncontended } from './measurements/uncontended.js';
 import { wire } from './measurements/wire.js';
@@ -47,11 +48,13 @@ export const MEASUREMENTS: readonly Measurement[] = [
   { n: 9, id: 'wire', title: 'round trips and messages per operation', schema: true, run: wire },
   { n: 10, id: 'sql', title: 'the SQL interface from pgbench', schema: true, run: sqlInterface },
   { n: 11, id: 'footprint', title: 'connections per locker, state by state', schema: true, run: footprint },
+  { n: 12, id: 'pooled', title: 'through a transaction pooler', schema: true, run: pooled },
 ];
 
 /** Which measurements `--only` names: numbers or ids, comma-separated; null when it names none. */
 export function selectMeasurements(only: string | undefined): Measurement[] | null {
-  if (only === undefined) return [...MEASUREMENTS];
+  // Row 12 needs a transaction pooler in front of the bench database: in the default set only when one is given.
+  if (only === undefined) return MEASUREMENTS.filter((m) => m.id !== 'pooled' || process.env.PGFENCE_BENCH_POOLER_URL);
   const picked = new Set<Measurement>();
   for (const part of only.split(',').map((p) => p.trim())) {
     const m = MEASUREMENTS.find((x) => String(x.n) === part || x.id === part);

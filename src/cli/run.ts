@@ -49,8 +49,9 @@ options:
                            past it the lock is released and the command stopped as if the lock were lost
   --lease                  take a lease instead of an advisory lock
   --at-least <duration>    with --lease: keep the lease at least this long after it was taken (database
-                           clock), even when the command finishes sooner, so that the same job fired a
-                           little later on another host (clock skew, a late timer) is skipped, not rerun.
+                           clock), even when the command finishes sooner (or this process dies), so that
+                           the same job fired a little later on another host (clock skew, a late timer)
+                           is skipped, not rerun.
                            Make it longer than the skew between hosts and shorter than the schedule period
   --kill-after <duration>  after a lost lock, SIGKILL the command if it has not exited this long after
                            SIGTERM (default ${formatMs(DEFAULT_KILL_AFTER_MS)}; 0 = at once)

@@ -265,13 +265,21 @@ export function schemaMissingError(err: unknown): PgfenceError | null {
  * for it will not help until locks are released.
  */
 export class LockTableFullError extends PgfenceError {
-  constructor(options?: { cause?: unknown }) {
+  /** Set when pgfence's own guard refused (before the server): what it saw. */
+  readonly guard: { serverLocks: number; limit: number; table: number } | null;
+  constructor(options?: { cause?: unknown; guard?: { serverLocks: number; limit: number; table: number } }) {
+    const guard = options?.guard ?? null;
     super(
       'PGFENCE_LOCK_TABLE_FULL',
-      "PostgreSQL's shared lock table is full (out of shared memory, SQLSTATE 53200): release locks, lower maxHeldLocks, " +
-        'or raise max_locks_per_transaction on the server (it sizes the table: max_locks_per_transaction x (max_connections + max_prepared_transactions))',
-      options,
+      guard
+        ? `refused before the server: the server holds about ${guard.serverLocks} advisory locks and pgfence's lockers together keep under ` +
+            `${guard.limit}, three quarters of its shared lock table (${guard.table} = max_locks_per_transaction x (max_connections + max_prepared_transactions)), ` +
+            'so that other applications never run out of it: release locks, or raise max_locks_per_transaction on the server'
+        : "PostgreSQL's shared lock table is full (out of shared memory, SQLSTATE 53200): release locks, lower maxHeldLocks, " +
+            'or raise max_locks_per_transaction on the server (it sizes the table: max_locks_per_transaction x (max_connections + max_prepared_transactions))',
+      { cause: options?.cause },
     );
+    this.guard = guard;
   }
 }
 

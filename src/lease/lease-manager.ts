@@ -15,7 +15,7 @@ export interface LeaseRequest {
   signal: AbortSignal | undefined;
   owner: string;
   data: unknown;
-  /** Release keeps the lease until acquired_at + minHoldMs (database clock); 0 = none. */
+  /** The lease holds its name at least until acquired_at + minHoldMs (database clock), however it ends; 0 = none. */
   minHoldMs: number;
 }
 
@@ -138,7 +138,7 @@ export class LeaseManager {
 
   /** @internal */ renew(handle: LeaseHandleImpl): Promise<'renewed' | LockLostReason | 'unavailable'> {
     const sentAt = performance.now();
-    return this.statements.run<{ expires_at: Date | null; current_token: string | null }>(leaseStatements.renew, [handle.key, handle.token, handle.ttlMs])
+    return this.statements.run<{ expires_at: Date | null; taken_over: boolean }>(leaseStatements.renew, [handle.key, handle.token, handle.ttlMs])
       .then(
         (rows) => {
           const row = rows[0]!;
@@ -146,7 +146,7 @@ export class LeaseManager {
             handle.renewed(sentAt, row.expires_at);
             return 'renewed' as const;
           }
-          return row.current_token !== null && BigInt(row.current_token) !== handle.token ? 'lease-stolen' : 'lease-expired';
+          return row.taken_over ? 'lease-stolen' : 'lease-expired';
         },
         () => 'unavailable' as const,
       );
@@ -198,7 +198,14 @@ export class LeaseManager {
     // Busy, as it is: the name is one lock whatever its kind (looked at again at its poll).
     if (this.sessionLockHere(target.key)) return { busy: true };
     const sentAt = performance.now();
-    const rows = await this.statement<AcquireRow>(leaseStatements.acquire, [target.key, target.name, owner, ttlMs, data === undefined ? null : JSON.stringify(data)]);
+    const rows = await this.statement<AcquireRow>(leaseStatements.acquire, [
+      target.key,
+      target.name,
+      owner,
+      ttlMs,
+      data === undefined ? null : JSON.stringify(data),
+      request.minHoldMs,
+    ]);
     if (!rows) return { retry: true };
     const row = rows[0]!;
     if (!row.granted) return busyWith(row);
@@ -207,7 +214,7 @@ export class LeaseManager {
 
   /** A grant: the holder's handle, its local deadline counted from `sentAt` (no later than the grant). */
   private grantedTo(request: LeaseRequest, row: AcquireRow, sentAt: number): LeaseHandleImpl {
-    const handle = new LeaseHandleImpl(this, request, BigInt(row.token), row.expires_at, sentAt);
+    const handle = new LeaseHandleImpl(this, request, BigInt(row.token!), row.expires_at, sentAt);
     this.holding.add(handle);
     return handle;
   }

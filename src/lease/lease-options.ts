@@ -17,9 +17,10 @@ export interface LeaseOptions<D = unknown> {
   /** JSON kept with the lease (the handle's `data`). */
   data?: D;
   /**
-   * At-least-for (ShedLock's lockAtLeastFor): release keeps the lease until acquiredAt + minHoldMs
-   * on the database clock, so a job that finished quickly is not run again by a node whose schedule
-   * fired later. The handle's release still resolves true and stops renewal. Default 0.
+   * At-least-for (ShedLock's lockAtLeastFor): the lease holds its name until at least acquiredAt +
+   * minHoldMs on the database clock, however it ends (released early, or its holder paused or dead),
+   * so a job that finished quickly is not run again by a node whose schedule fired later. The
+   * handle's release still resolves true and stops renewal. Default 0.
    */
   minHoldMs?: number;
   allowNested?: boolean;

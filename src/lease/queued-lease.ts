@@ -6,7 +6,8 @@ import { leaseStatements } from './lease-sql.js';
 /** A lease statement's answer (pgfence.lease_acquire). */
 export interface AcquireRow {
   granted: boolean;
-  token: string;
+  /** Null when busy: a token is its holder's alone. */
+  token: string | null;
   owner: string;
   acquired_at: Date;
   expires_at: Date;
@@ -27,6 +28,7 @@ interface QueuedRequest {
   owner: string;
   ttlMs: number;
   data: unknown;
+  minHoldMs: number;
 }
 
 /**
@@ -42,10 +44,10 @@ export function acquireQueued<H>(
   cancel: AbortSignal,
   granted: (row: AcquireRow, grantedAt: number) => H,
 ): Promise<Attempt<H>> | null {
-  const { target, owner, ttlMs, data } = request;
+  const { target, owner, ttlMs, data, minHoldMs } = request;
   const started = queue.run<AcquireRow & { since_grant_ms: number }>(
     leaseStatements.acquireQueued,
-    [target.key, target.name, owner, ttlMs, data === undefined ? null : JSON.stringify(data), remainingMs === Infinity ? null : Math.ceil(remainingMs)],
+    [target.key, target.name, owner, ttlMs, data === undefined ? null : JSON.stringify(data), minHoldMs, remainingMs === Infinity ? null : Math.ceil(remainingMs)],
     remainingMs,
     cancel,
   );

@@ -17,11 +17,13 @@ ORDER BY key, l.granted DESC, l.waitstart NULLS LAST, l.pid`;
 export const locksWithNamesSql = locksSelect(true);
 export const locksWithoutNamesSql = locksSelect(false);
 
-export const activeLeasesSql = `SELECT key::text AS key, name, owner, token::text AS token, acquired_at, renewed_at, expires_at, data,
-       ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::float8 AS remaining_ms
-FROM pgfence.leases
-WHERE released_at IS NULL AND expires_at > clock_timestamp()
-ORDER BY name NULLS LAST, key`;
+/** Live leases by pgfence.lease_live (sql/leases.sql); expires_at is when the name becomes free (a hold included). */
+export const activeLeasesSql = `SELECT l.key::text AS key, l.name, l.owner, l.token::text AS token, l.acquired_at, l.renewed_at,
+       pgfence.lease_live_until(l) AS expires_at, l.data,
+       ceil(extract(epoch FROM pgfence.lease_live_until(l) - clock_timestamp()) * 1000)::float8 AS remaining_ms
+FROM pgfence.leases l
+WHERE pgfence.lease_live(l, clock_timestamp())
+ORDER BY l.name NULLS LAST, l.key`;
 
 export const databaseClockSql = 'SELECT clock_timestamp() AS now';
 

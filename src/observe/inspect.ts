@@ -34,6 +34,7 @@ export interface LeaseEntry {
   token: bigint;
   acquiredAt: Date;
   renewedAt: Date;
+  /** When the name becomes free unless the holder renews (an at-least-for hold included). */
   expiresAt: Date;
   /** Time left on the database clock. */
   remainingMs: number;

@@ -11,18 +11,18 @@ const MAX_REMEMBERED = 100_000;
 const COALESCE_MS = 5;
 
 /**
- * Committed asynchronously (synchronous_commit off for this statement's transaction alone): names are
- * best effort, and a durable commit would hold up the statements queued behind it on a pinned session.
+ * One statement per batch (sql/names.sql): it waits at most 50 ms for a lock held by another transaction,
+ * so a blocked write never holds up the lock operations queued behind it on the home session.
  */
-export const INSERT_NAMES = `INSERT INTO pgfence.lock_names (key, name, namespace)
-SELECT n.key, n.name, n.namespace FROM unnest($1::int8[], $2::text[], $3::text[]) AS n(key, name, namespace)
-WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL
-ON CONFLICT (key) DO NOTHING`;
+export const INSERT_NAMES = 'SELECT pgfence.note_lock_names($1::int8[], $2::text[], $3::text[])';
+/** A failed write is tried again after this long, doubling up to RETRY_MAX_MS while it keeps failing. */
+const RETRY_FIRST_MS = 100;
+const RETRY_MAX_MS = 5_000;
 
 /**
  * Writes lock names to pgfence.lock_names so that inspect() and `pgfence status` can show names for
  * the keys they find in pg_locks. Once per name per process, batched, in the background, through
- * `query` (the locker's idle waiter session, else a pool connection): it never adds a round trip to an
+ * `query` (the locker's home session, or the pool behind a transaction pooler): it never adds a round trip to an
  * acquire. Without pgfence's schema it stays quiet.
  */
 export class NameRegistry {
@@ -32,6 +32,7 @@ export class NameRegistry {
   private writing = false;
   private disabled = false;
   private flushing: Promise<void> = Promise.resolve();
+  private retryMs = 0;
 
   constructor(
     private readonly query: (text: string, values: unknown[]) => Promise<unknown>,
@@ -63,10 +64,18 @@ export class NameRegistry {
     return this.flushing;
   }
 
+  /** Writes what is pending once more, then stops (no retry after the locker closed). */
+  async close(): Promise<void> {
+    await this.flush();
+    this.disabled = true;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+  }
+
   /** A timer from the first unflushed note; none while a write is in flight (its end schedules the next). */
   private schedule(): void {
     if (this.timer || this.writing || this.pending.size === 0 || this.disabled) return;
-    this.timer = setTimeout(() => void this.flush(), COALESCE_MS);
+    this.timer = setTimeout(() => void this.flush(), this.retryMs || COALESCE_MS);
     this.timer.unref();
   }
 
@@ -74,15 +83,19 @@ export class NameRegistry {
     const keys = [...batch.keys()];
     const entries = [...batch.values()];
     return this.query(INSERT_NAMES, [keys, entries.map((e) => e.name), entries.map((e) => e.namespace)]).then(
-      () => {},
+      () => {
+        this.retryMs = 0;
+      },
       (err: { code?: string }) => {
         if (isSchemaMissing(err)) {
           this.disabled = true; // not migrated: inspect() shows keys without names
           this.pending.clear();
           this.logger.debug({ err }, 'pgfence: no name registry (run migrate() to see lock names in status)');
         } else {
-          for (const k of keys) this.seen.delete(k); // try again next time
-          this.logger.debug({ err }, 'pgfence: could not write lock names');
+          // Held up by another transaction (or the connection failed): write the batch again later.
+          for (const [key, entry] of batch) if (!this.pending.has(key)) this.pending.set(key, entry);
+          this.retryMs = Math.min(RETRY_MAX_MS, this.retryMs === 0 ? RETRY_FIRST_MS : this.retryMs * 2);
+          this.logger.debug({ err, retryMs: this.retryMs }, 'pgfence: could not write lock names; trying again');
         }
       },
     );

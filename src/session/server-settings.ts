@@ -70,6 +70,11 @@ function pinnedSessionSettings(bounds: DeadClientBounds): [name: string, value: 
 }
 
 const LOCK_TABLE_ROW = 'pgfence.lock_table_size';
+/**
+ * The server's advisory locks, the backends holding some, and the other client backends, as
+ * "locks,holders,clients" (the lock-table guard's first sample).
+ */
+const ADVISORY_LOCKS_ROW = 'pgfence.advisory_locks';
 
 /**
  * Only the settings the server knows are set (unknown names are skipped inside the statement), so
@@ -83,7 +88,11 @@ const applySql = `SELECT v.name, set_config(v.name, v.value, false) AS value
 const applyAndReadSql = `${applySql}
   UNION ALL
   SELECT '${LOCK_TABLE_ROW}', (current_setting('max_locks_per_transaction')::int8
-    * (current_setting('max_connections')::int8 + current_setting('max_prepared_transactions')::int8))::text`;
+    * (current_setting('max_connections')::int8 + current_setting('max_prepared_transactions')::int8))::text
+  UNION ALL
+  SELECT '${ADVISORY_LOCKS_ROW}', count(*) || ',' || count(DISTINCT pid)
+    || ',' || (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid())
+  FROM pg_locks WHERE locktype = 'advisory'`;
 
 /** Applies the pinned-session settings to new connections; tells the logger once about what the server lacks or refuses. */
 export class PinnedSessionSettings {
@@ -91,8 +100,11 @@ export class PinnedSessionSettings {
   /** Settings a server refused (managed services may): skipped on later connections. */
   private readonly refused = new Set<string>();
   private reportedMissing = false;
-  /** Told the server's lock table size once, with the first connection's settings (no extra round trip). */
-  onLockTable: ((size: number) => void) | null = null;
+  /**
+   * Told the server's lock table size once, with the first connection's settings (no extra round trip),
+   * and the server's advisory locks then (locks, backends holding some, other client backends).
+   */
+  onLockTable: ((size: number, advisory: { locks: number; holders: number; clients: number } | null) => void) | null = null;
 
   constructor(
     bounds: DeadClientBounds,
@@ -138,7 +150,9 @@ export class PinnedSessionSettings {
     if (!table || !this.onLockTable) return;
     const tell = this.onLockTable;
     this.onLockTable = null;
-    tell(Number(table.value));
+    const [locks, holders, clients] = (rows.find((r) => r.name === ADVISORY_LOCKS_ROW)?.value ?? '').split(',').map(Number);
+    const known = [locks, holders, clients].every((n) => Number.isFinite(n));
+    tell(Number(table.value), known ? { locks: locks!, holders: holders!, clients: clients! } : null);
   }
 
   /**

@@ -6,7 +6,8 @@ import { NOTIFY_CHANNEL } from '../session/index.js';
  * A session announces that it waits for key k with a "marker": a shared advisory lock in the two-int4
  * key space (objsubid 2 in pg_locks), on the same (hi, lo) words as the bigint key, so markers never
  * collide with bigint lock keys. A release probes the marker and NOTIFYs only when someone waits.
- * sql/interface.sql's pgfence.notify_waiters is the same rule for callers of the SQL interface.
+ * sql/interface.sql's pgfence.notify_waiters is the same expression for the SQL functions' releases
+ * (test/sql-lease-rules.test.ts holds the two texts equal).
  */
 
 /** The marker words of key k (an int8 SQL expression). */

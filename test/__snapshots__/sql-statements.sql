@@ -331,10 +331,7 @@ SELECT 1;
 SELECT pgfence.admit_session_lock(-6087607593372428434, false, true) AS r;
 
 -- name registry: names of keys; $1 keys, $2 names, $3 namespaces
-INSERT INTO pgfence.lock_names (key, name, namespace)
-SELECT n.key, n.name, n.namespace FROM unnest($1::int8[], $2::text[], $3::text[]) AS n(key, name, namespace)
-WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL
-ON CONFLICT (key) DO NOTHING;
+SELECT pgfence.note_lock_names($1::int8[], $2::text[], $3::text[]);
 
 -- session locks held, to reconcile a failed batch
 SELECT objsubid::int AS space, ((classid::int8 << 32) | objid::int8) AS key, mode
@@ -365,37 +362,18 @@ SELECT pg_advisory_unlock($1::int8) AS released,
 
 -- lease: acquire
 SELECT granted, token::text AS token, owner, acquired_at, expires_at, remaining_ms::int8::float8 AS remaining_ms
-FROM pgfence.lease_acquire($1::int8, $2::text, $3::text, $4::int8, $5::jsonb);
+FROM pgfence.lease_acquire($1::int8, $2::text, $3::text, $4::int8, $5::jsonb, $6::int8);
 
 -- lease: acquire after waiting in the queue for the key (waiter session); $6 wait ms
 SELECT granted, token::text AS token, owner, acquired_at, expires_at, remaining_ms::int8::float8 AS remaining_ms,
        (extract(epoch FROM clock_timestamp() - acquired_at) * 1000)::float8 AS since_grant_ms
-FROM pgfence.lease_acquire_queued($1::int8, $2::text, $3::text, $4::int8, $5::jsonb, $6::int8);
+FROM pgfence.lease_acquire_queued($1::int8, $2::text, $3::text, $4::int8, $5::jsonb, $6::int8, $7::int8);
 
 -- lease: renew
-WITH renewed AS (
-  UPDATE pgfence.leases
-     SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + $3::int8 * interval '1 millisecond'
-   WHERE key = $1::int8 AND token = $2::int8 AND released_at IS NULL AND expires_at > clock_timestamp()
-  RETURNING expires_at
-)
-SELECT (SELECT expires_at FROM renewed) AS expires_at,
-       (SELECT token::text FROM pgfence.leases WHERE key = $1::int8) AS current_token;
+SELECT expires_at, taken_over FROM pgfence.lease_renew($1::int8, $2::int8, $3::int8);
 
 -- lease: release
-WITH released AS (
-  UPDATE pgfence.leases AS l
-     SET released_at = CASE WHEN l.acquired_at + n.hold > n.now_ts THEN NULL ELSE n.now_ts END,
-         expires_at = CASE WHEN l.acquired_at + n.hold > n.now_ts THEN l.acquired_at + n.hold ELSE l.expires_at END
-    FROM (SELECT clock_timestamp() AS now_ts, $3::int8 * interval '1 millisecond' AS hold) AS n
-   WHERE l.key = $1::int8 AND l.token = $2::int8 AND l.released_at IS NULL AND l.expires_at > n.now_ts
-  RETURNING l.released_at IS NOT NULL AS freed
-)
-SELECT r.freed IS NOT NULL AS released,
-       CASE WHEN NOT (r.freed IS TRUE) THEN 0
-    WHEN pg_try_advisory_lock(($1::int8 >> 32)::int4, (($1::int8 & 4294967295) - (($1::int8 & 2147483648) << 1))::int4) AND pg_advisory_unlock(($1::int8 >> 32)::int4, (($1::int8 & 4294967295) - (($1::int8 & 2147483648) << 1))::int4) THEN 1
-    ELSE 3 + (pg_notify('pgfence_release', $1::int8::text) IS NULL)::int END AS notified
-FROM (SELECT 1) AS one LEFT JOIN released AS r ON true;
+SELECT pgfence.lease_release($1::int8, $2::int8, $3::int8) AS released;
 
 -- xact lock: try exclusive, key 42, looking for the guard
 SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, false AS nested, to_regprocedure('pgfence.admit_xact_lock(bigint,boolean,boolean)') IS NOT NULL AS guard,

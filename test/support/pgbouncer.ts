@@ -23,7 +23,11 @@ export function pgbouncerUnavailable(): string | null {
   return null;
 }
 
-export async function startPgBouncer(serverUrl: string, mode: 'transaction' | 'session' | 'statement'): Promise<Bouncer> {
+export async function startPgBouncer(
+  serverUrl: string,
+  mode: 'transaction' | 'session' | 'statement',
+  opts: { maxClientConn?: number } = {},
+): Promise<Bouncer> {
   const server = new URL(serverUrl);
   const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'pgfence-pgbouncer-'));
@@ -42,7 +46,7 @@ export async function startPgBouncer(serverUrl: string, mode: 'transaction' | 's
       'auth_type = trust',
       `auth_file = ${join(dir, 'users.txt')}`,
       `pool_mode = ${mode}`,
-      'max_client_conn = 500',
+      `max_client_conn = ${opts.maxClientConn ?? 500}`,
       'default_pool_size = 20',
       'ignore_startup_parameters = extra_float_digits,options',
       `logfile = ${join(dir, 'pgbouncer.log')}`,
