@@ -4,8 +4,8 @@
 -- (pgfence.interface_version()); a change to any of them is a new version, announced in the README.
 -- Everything named mm3_* is internal. Re-applied by migrate() whenever this file changes.
 --
--- Built on the same definitions the Node API runs (lease_acquire, admit_session_lock, next_token):
--- one table of leases, one token counter per key, so Node and SQL holders exclude each other.
+-- Built on the same definitions the Node API runs (lease_acquire, admit_session_lock, admit_xact_lock,
+-- next_token): one table of leases, one token counter per key, so Node and SQL holders exclude each other.
 
 -- public: the interface version. Bumped only by a change to a public function.
 CREATE OR REPLACE FUNCTION pgfence.interface_version() RETURNS int
@@ -147,10 +147,11 @@ BEGIN
   FROM pgfence.lease_acquire(p_key, p_name, given_owner, p_ttl_ms, p_data, p_min_hold_ms) AS a;
 END $$;
 
--- public: waits for the lease of p_key up to p_timeout_ms (NULL: no bound), polling: it sleeps
--- until the holder's expiry or at most 50 ms between tries (a release by another session is seen
--- at the next try). Returns the token, or NULL at the timeout. Call it in autocommit: the lease and
--- its token commit with the statement.
+-- public: waits for the lease of p_key up to p_timeout_ms (NULL: no bound). While a lease holds it, it
+-- sleeps until the holder's expiry or at most 50 ms between tries (a release by another session is
+-- seen at the next try); while a lock holds it, it waits in PostgreSQL's queue (queue_for_key).
+-- Returns the token, or NULL at the timeout. Call it in autocommit: the lease and its token commit
+-- with the statement.
 DROP FUNCTION IF EXISTS pgfence.lease(bigint, bigint, bigint, text, text, jsonb);
 CREATE OR REPLACE FUNCTION pgfence.lease(p_key bigint, p_ttl_ms bigint, p_timeout_ms bigint DEFAULT NULL,
   p_owner text DEFAULT NULL, p_name text DEFAULT NULL, p_data jsonb DEFAULT NULL, p_min_hold_ms bigint DEFAULT 0)
@@ -170,6 +171,13 @@ BEGIN
     END IF;
     IF p_timeout_ms IS NOT NULL AND clock_timestamp() >= deadline THEN
       RETURN NULL;
+    END IF;
+    IF r.remaining_ms IS NULL THEN
+      -- A lock holds the name: wait in PostgreSQL's queue for it (FIFO with the lockers), then try again
+      -- holding it (queue_for_key). Lockers handing the lock over among themselves never starve this.
+      PERFORM pgfence.queue_for_key(p_key, CASE WHEN p_timeout_ms IS NOT NULL
+        THEN greatest(1, ceil(extract(epoch FROM deadline - clock_timestamp()) * 1000))::bigint END);
+      CONTINUE;
     END IF;
     PERFORM pg_sleep(least(0.05, greatest(0.001, coalesce(r.remaining_ms, 50) / 1000.0),
                            CASE WHEN p_timeout_ms IS NULL THEN 0.05
@@ -283,25 +291,27 @@ BEGIN
 END $$;
 
 -- public: the exclusive transaction lock of p_key (held until the transaction ends) and its token,
--- which commits with the transaction. Waits; bound it with SET LOCAL lock_timeout.
+-- which commits with the transaction. Waits, also while a live lease holds the name (admit_xact_lock);
+-- bound it with SET LOCAL lock_timeout.
 CREATE OR REPLACE FUNCTION pgfence.xact_lock_fenced(p_key bigint) RETURNS bigint
 LANGUAGE plpgsql AS $$
 BEGIN
   IF p_key IS NULL THEN
     PERFORM pgfence.null_argument('key');
   END IF;
-  PERFORM pg_advisory_xact_lock(p_key);
+  PERFORM pgfence.admit_xact_lock(p_key, false, true);
   RETURN pgfence.next_xact_lock_token(p_key);
 END $$;
 
--- public: one try at the exclusive transaction lock of p_key; its token, or NULL when busy.
+-- public: one try at the exclusive transaction lock of p_key; its token, or NULL when busy (a lock,
+-- or a live lease of the name: admit_xact_lock).
 CREATE OR REPLACE FUNCTION pgfence.try_xact_lock_fenced(p_key bigint) RETURNS bigint
 LANGUAGE plpgsql AS $$
 BEGIN
   IF p_key IS NULL THEN
     PERFORM pgfence.null_argument('key');
   END IF;
-  IF pg_try_advisory_xact_lock(p_key) THEN
+  IF pgfence.admit_xact_lock(p_key, false, false) = 1 THEN
     RETURN pgfence.next_xact_lock_token(p_key);
   END IF;
   RETURN NULL;

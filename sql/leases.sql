@@ -150,3 +150,126 @@ BEGIN
   END IF;
   RETURN 1;
 END $$;
+
+-- A transaction lock of p_key (shared with p_shared) for the caller's transaction, kept only while no
+-- live lease holds the name, since a name is one lock whatever its kind. A transaction lock cannot be
+-- given back before its transaction ends, except by rolling back the subtransaction that took it: it
+-- is taken inside the EXCEPTION block below, which rolls back (and so releases it) when a lease holds
+-- the name. The lease is read by a query of its own after the grant: in READ COMMITTED its snapshot
+-- sees every lease committed before the grant, and a lease committed after it could not be taken
+-- (lease_acquire's lock try fails). Under REPEATABLE READ or SERIALIZABLE the transaction's snapshot
+-- may be older than the grant: a lease row changed since that snapshot (by a commit, or by a
+-- transaction still running) raises 40001, retry the transaction. Costs one subtransaction (no
+-- transaction id, nothing written) and one index lookup.
+-- p_wait false: one try; 1 = granted, 0 = a lock holds the name, 8 = a live lease holds it.
+-- p_wait true: waits, bounded by the caller's lock_timeout (0: no bound), for the lock and for a lease
+-- to end (a lease is not a lock PostgreSQL can queue on: looked at again every 50 ms at most, or at its
+-- expiry); returns 1, or raises 55P03 at the bound. lock_timeout is as it was when this returns.
+CREATE OR REPLACE FUNCTION pgfence.admit_xact_lock(p_key bigint, p_shared boolean, p_wait boolean)
+RETURNS int
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  bound constant text := current_setting('lock_timeout');
+  deadline timestamptz;
+  lease_left_ms float8;
+  changed_by xid;
+  retimed boolean := false;
+BEGIN
+  IF p_wait AND bound <> '0' THEN
+    deadline := clock_timestamp() + bound::interval;
+  END IF;
+  LOOP
+    BEGIN
+      IF NOT p_wait THEN
+        IF NOT (CASE WHEN p_shared THEN pg_try_advisory_xact_lock_shared(p_key) ELSE pg_try_advisory_xact_lock(p_key) END) THEN
+          RETURN 0;
+        END IF;
+      ELSIF p_shared THEN
+        PERFORM pg_advisory_xact_lock_shared(p_key);
+      ELSE
+        PERFORM pg_advisory_xact_lock(p_key);
+      END IF;
+      SELECT CASE WHEN pgfence.lease_live_until(l) > clock_timestamp()
+                  THEN extract(epoch FROM pgfence.lease_live_until(l) - clock_timestamp()) * 1000 END, l.xmax
+        INTO lease_left_ms, changed_by
+        FROM pgfence.leases l WHERE l.key = p_key;
+      IF FOUND AND changed_by <> '0'::xid AND current_setting('transaction_isolation') <> 'read committed'
+         AND pgfence.xid_status(changed_by) <> 'aborted' THEN
+        RAISE EXCEPTION 'pgfence: the lease of key % changed after this transaction''s snapshot: retry the transaction', p_key
+          USING ERRCODE = '40001';
+      END IF;
+      IF lease_left_ms IS NULL THEN
+        IF retimed THEN
+          PERFORM set_config('lock_timeout', bound, true);
+        END IF;
+        RETURN 1;
+      END IF;
+      RAISE EXCEPTION USING ERRCODE = 'PGF08';  -- a live lease: roll back, and the lock with it
+    EXCEPTION WHEN SQLSTATE 'PGF08' THEN
+      NULL;
+    END;
+    IF NOT p_wait THEN
+      RETURN 8;
+    END IF;
+    IF deadline IS NOT NULL AND clock_timestamp() >= deadline THEN
+      RAISE EXCEPTION 'pgfence: a lease of key % held the name past lock_timeout (%)', p_key, bound USING ERRCODE = '55P03';
+    END IF;
+    PERFORM pg_sleep(least(0.05, greatest(0.001, lease_left_ms / 1000.0),
+                           coalesce(greatest(0.001, extract(epoch FROM deadline - clock_timestamp())), 0.05)));
+    IF deadline IS NOT NULL THEN
+      -- The next wait for the lock gets what is left of the bound (set locally; put back on success).
+      PERFORM set_config('lock_timeout', greatest(1, ceil(extract(epoch FROM deadline - clock_timestamp()) * 1000))::bigint || 'ms', true);
+      retimed := true;
+    END IF;
+  END LOOP;
+END $$;
+
+-- The status of a transaction by its 32-bit id, as seen in a row's xmax: 'committed', 'aborted' or
+-- 'in progress' (pg_xact_status wants the 64-bit id: the epoch is taken from this snapshot's, the id
+-- being within 2^31 of it).
+CREATE OR REPLACE FUNCTION pgfence.xid_status(p_xid xid) RETURNS text
+LANGUAGE sql VOLATILE AS $$
+  SELECT pg_xact_status((CASE WHEN f.full_id > s.at + 2147483648 THEN f.full_id - 4294967296
+                              WHEN f.full_id < s.at - 2147483648 THEN f.full_id + 4294967296
+                              ELSE f.full_id END)::text::xid8)
+  FROM (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS at) AS s,
+       LATERAL (SELECT (s.at & ~4294967295::bigint) | p_xid::text::bigint AS full_id) AS f
+$$;
+
+-- Waits in PostgreSQL's queue for the transaction lock of p_key, up to p_timeout_ms (NULL: no bound),
+-- and keeps it for the caller's transaction: true, or false at the bound (holding nothing). The queue
+-- is FIFO for every kind that waits in it (session locks, transaction locks, and lease waiters through
+-- this), and a queued waiter makes every later try fail, so nobody barges: a lease waiter that finds
+-- the name held by a lock comes in after the lockers queued before it, never starved by lockers that
+-- hand the lock over among themselves. lock_timeout is as it was when this returns.
+CREATE OR REPLACE FUNCTION pgfence.queue_for_key(p_key bigint, p_timeout_ms bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  bound constant text := current_setting('lock_timeout');
+BEGIN
+  BEGIN
+    PERFORM set_config('lock_timeout', CASE WHEN p_timeout_ms IS NULL THEN '0' ELSE greatest(1, p_timeout_ms) || 'ms' END, true);
+    PERFORM pg_advisory_xact_lock(p_key);
+    PERFORM set_config('lock_timeout', bound, true);
+    RETURN true;
+  EXCEPTION WHEN lock_not_available THEN
+    RETURN false;  -- the subtransaction's rollback put lock_timeout back
+  END;
+END $$;
+
+-- lease_acquire after waiting (up to p_wait_ms) in PostgreSQL's queue for the key (queue_for_key), for a
+-- lease waiter that found the name held by a lock. Run it in its own transaction (autocommit): the
+-- queued lock is held until the lease row commits. Busy at the bound as a lock (NULL time left).
+DROP FUNCTION IF EXISTS pgfence.lease_acquire_queued(bigint, text, text, bigint, jsonb, bigint);
+CREATE OR REPLACE FUNCTION pgfence.lease_acquire_queued(p_key bigint, p_name text, p_owner text, p_ttl_ms bigint, p_data jsonb,
+  p_min_hold_ms bigint, p_wait_ms bigint)
+RETURNS TABLE (granted boolean, token bigint, owner text, acquired_at timestamptz, expires_at timestamptz, remaining_ms bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF NOT pgfence.queue_for_key(p_key, p_wait_ms) THEN
+    RETURN QUERY SELECT false, NULL::bigint, NULL::text, NULL::timestamptz, NULL::timestamptz, NULL::bigint;
+    RETURN;
+  END IF;
+  RETURN QUERY SELECT * FROM pgfence.lease_acquire(p_key, p_name, p_owner, p_ttl_ms, p_data, p_min_hold_ms);
+END $$;

@@ -264,7 +264,7 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
     this.sessions.waiterBlocked = () => this.locks.waiterBlocked();
     this.sessions.needed = () => this.parts.held > 0 || this.parts.waiting > 0;
     this.sessions.waiting = () => this.parts.waiting > 0;
-    this.leases = this.parts.add(new LeaseManager(this.statements, this.sessions, this.listener, this.observer, (key) => this.locks.pinsKey(key)));
+    this.leases = this.parts.add(new LeaseManager(this.statements, this.sessions, this.listener, this.observer, (key) => this.locks.pinsKey(key), this.locks.waiterQueue));
     this.semaphores = this.parts.add(new SemaphoreManager(this.sessions, this.listener, this.observer));
   }
 

@@ -616,6 +616,8 @@ describe('pgfence bench', () => {
     /^5\. WAL bytes per fenced cycle/m,
     /^5\. WAL bytes per lease cycle/m,
     /^6\. xactLock on a free key/m,
+    /^6b\. \.\.\. with the schema: guarded against leases\s+[\d,]+\/s\s+[\d,]+\/s\s+[\d.]+x/m,
+    /^6b\. \.\.\. guarded vs unguarded \(no schema\)\s+[\d,]+\/s\s+[\d,]+\/s\s+[\d.]+x/m,
     /^7\. acquireAll of 1,000 names vs one unnest statement/m,
     /^7\. \.\.\. releasing them/m,
     ...['granted in pg_locks\\s+1000 ', 'connections holding them', 'other locker connections', 'acquire all, release all', 'left in pg_locks after release\\s+0 '].map(
@@ -657,7 +659,7 @@ describe('pgfence bench', () => {
   it('--only takes measurement numbers or names', async () => {
     const r = await pgfence(['bench', '--quick', '--only=xact,8']);
     expect(r.code).toBe(0);
-    expect(tableRows(r.stdout).map((l) => l[0])).toEqual(['6', '8', '8']);
+    expect(tableRows(r.stdout).map((l) => l.split(' ')[0])).toEqual(['6.', '6b.', '6b.', '8.', '8.']);
   }, 120_000);
 });
 

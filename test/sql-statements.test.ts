@@ -3,7 +3,7 @@ import { blockingLockSql, Op, sessionLockStatements, warmGuardSql } from '../src
 import { INSERT_NAMES } from '../src/observe/name-registry.js';
 import { probeSql } from '../src/session/session.js';
 import { releaseSlotSql, tryAnySlotSql } from '../src/advisory/semaphore-sql.js';
-import { acquireLeaseSql, releaseLeaseSql, renewLeaseSql } from '../src/lease/lease-sql.js';
+import { acquireLeaseSql, acquireQueuedLeaseSql, releaseLeaseSql, renewLeaseSql } from '../src/lease/lease-sql.js';
 import { nextTokenSql, tryXactLockSql, undoWaitScript, waitXactLockScript } from '../src/advisory/xact-sql.js';
 
 /**
@@ -45,25 +45,28 @@ function sentStatements(): [string, Sent][] {
   out.push(['semaphore: try any slot', { text: tryAnySlotSql }]);
   out.push(['semaphore: release a slot', { text: releaseSlotSql }]);
   out.push(['lease: acquire', { text: acquireLeaseSql }]);
+  out.push(['lease: acquire after waiting in the queue for the key (waiter session); $6 wait ms', { text: acquireQueuedLeaseSql }]);
   out.push(['lease: renew', { text: renewLeaseSql }]);
   out.push(['lease: release', { text: releaseLeaseSql }]);
-  for (const shared of [false, true]) {
-    for (const fenced of [false, true]) {
-      const text = tryXactLockSql({ key: 42n, shared, fenced, nestedIn: null, identify: false });
-      out.push([`xact lock: try ${shared ? 'shared' : 'exclusive'}${fenced ? ', fenced' : ''}, key 42`, { text }]);
+  for (const guarded of [false, true]) {
+    for (const shared of [false, true]) {
+      for (const fenced of [false, true]) {
+        const text = tryXactLockSql({ key: 42n, shared, fenced, nestedIn: null, identify: false, guarded });
+        out.push([`xact lock: try ${shared ? 'shared' : 'exclusive'}${fenced ? ', fenced' : ''}, key 42${guarded ? ', guarded against leases' : ', looking for the guard'}`, { text }]);
+      }
     }
   }
   out.push([
     'xact lock: try exclusive, key -7, nested check, identifying the transaction (a client without protocol events)',
-    { text: tryXactLockSql({ key: -7n, shared: false, fenced: false, nestedIn: '1700000000.123456', identify: true }) },
+    { text: tryXactLockSql({ key: -7n, shared: false, fenced: false, nestedIn: '1700000000.123456', identify: true, guarded: true }) },
   ]);
   out.push([
-    'xact lock: first wait slice, exclusive, fenced, key 42, 1500 ms',
-    { text: waitXactLockScript({ key: 42n, shared: false, timeoutMs: 1500, first: true, nestedIn: null, fenced: true }) },
+    'xact lock: first wait slice, exclusive, fenced, key 42, 1500 ms, guarded against leases',
+    { text: waitXactLockScript({ key: 42n, shared: false, timeoutMs: 1500, first: true, nestedIn: null, fenced: true, guarded: true }) },
   ]);
   out.push([
-    'xact lock: later wait slice, shared, unfenced, no timeout, nested check',
-    { text: waitXactLockScript({ key: -7n, shared: true, timeoutMs: Infinity, first: false, nestedIn: '1700000000.123456', fenced: false }) },
+    'xact lock: later wait slice, shared, unfenced, no timeout, nested check, unguarded (no schema)',
+    { text: waitXactLockScript({ key: -7n, shared: true, timeoutMs: Infinity, first: false, nestedIn: '1700000000.123456', fenced: false, guarded: false }) },
   ]);
   out.push(['xact lock: undo a failed wait', { text: undoWaitScript }]);
   out.push(['xact lock: token of a lock just taken', { text: nextTokenSql }]);

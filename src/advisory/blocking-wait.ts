@@ -1,7 +1,7 @@
 import { isLockNotAvailable, isQueryCanceled, LockUnavailableError, PgfenceError, schemaMissingError, sqlState } from '../core/index.js';
 import { blockingLockSql, heldBySessionSql, Op } from './advisory-sql.js';
-import { type Session, SessionLostError, type SessionPool, WITHDRAWN } from '../session/index.js';
-import type { Attempt } from '../wait/index.js';
+import { type Session, SessionLostError, type SessionPool, type StatementText, WITHDRAWN } from '../session/index.js';
+import type { Attempt, WaiterQueue } from '../wait/index.js';
 import type { AcquireRequest, AdvisoryLockHandle } from './advisory-lock.js';
 import { lockTimeoutSetting } from './lock-timeout.js';
 import { decodeBlockResult } from './op-result.js';
@@ -22,7 +22,7 @@ const LOOK_AGAIN_MS = 1;
  * waiter makes every other try fail, so nobody barges. One key at a time; the others announce
  * themselves and poll, so waiters for distinct keys never each pin a connection.
  */
-export class BlockingWait {
+export class BlockingWait implements WaiterQueue {
   /** A wait is in flight on the waiter session. */
   active = false;
 
@@ -35,6 +35,34 @@ export class BlockingWait {
 
   /** Waits for `request`'s key for at most remainingMs, or null when the waiter session is not free. */
   block(lock: BlockedKey, request: AcquireRequest, remainingMs: number, cancel: AbortSignal): Promise<Attempt<AdvisoryLockHandle>> | null {
+    const { mode, fencing } = request;
+    const started = this.run<{ r: number; waited: boolean; token: string | null }>(
+      (guarded) => blockingLockSql(mode === 'shared', fencing, guarded), // prepared: one per flavour
+      [lock.key, lockTimeoutSetting(remainingMs)],
+      remainingMs,
+      cancel,
+    );
+    if (!started) return null;
+    const { session, rows: answered } = started;
+    return answered.then(
+      (rows) => {
+        // Its try found the key busy: contention (for a wait that skipped a try of its own, reported now).
+        const contended = rows[0]?.waited === true;
+        // Granted, but a lease of the name was taken meanwhile: the statement gave the key back.
+        if (decodeBlockResult(rows[0]?.r).leaseHeld) return { busy: true as const, leaseHeld: true, contended };
+        const token = rows[0]?.token;
+        return { granted: lock.taken(request, session, token ? BigInt(token) : null), contended };
+      },
+      (err: unknown) => this.failed(lock, request, session, err, cancel.aborted),
+    );
+  }
+
+  /**
+   * Runs one blocking statement on the waiter session (one at a time, whatever the kind: see
+   * WaiterQueue): cancelled when `cancel` aborts, answered within remainingMs plus the deadline. Null
+   * when the waiter session is not free now.
+   */
+  run<R>(statement: StatementText, params: unknown[], remainingMs: number, cancel: AbortSignal): { session: Session; rows: Promise<R[]> } | null {
     // A lock of this locker lives on the waiter session: a wait there would hold up its release.
     if (this.active || this.closed() || this.sessions.waiterHolds()) return null;
     let session: Session;
@@ -51,33 +79,13 @@ export class BlockingWait {
       void this.sessions.cancel(session);
     };
     cancel.addEventListener('abort', onCancel, { once: true });
-    const { mode, fencing } = request;
-    const lockTimeout = lockTimeoutSetting(remainingMs);
     const ended = () => {
       this.active = false;
       cancel.removeEventListener('abort', onCancel);
     };
-    return session
-      .statement<{ r: number; waited: boolean; token: string | null }>(
-        (guarded) => blockingLockSql(mode === 'shared', fencing, guarded), // prepared: one per flavour
-        [lock.key, lockTimeout],
-        { deadlineMs: remainingMs + this.deadlineMs, withdraw: withdraw.signal },
-      )
-      .then(
-        (rows) => {
-          ended();
-          // Its try found the key busy: contention (for a wait that skipped a try of its own, reported now).
-          const contended = rows[0]?.waited === true;
-          // Granted, but a lease of the name was taken meanwhile: the statement gave the key back.
-          if (decodeBlockResult(rows[0]?.r).leaseHeld) return { busy: true as const, leaseHeld: true, contended };
-          const token = rows[0]?.token;
-          return { granted: lock.taken(request, session, token ? BigInt(token) : null), contended };
-        },
-        (err: unknown) => {
-          ended();
-          return this.failed(lock, request, session, err, cancel.aborted);
-        },
-      );
+    const rows = session.statement<R>(statement, params, { deadlineMs: remainingMs + this.deadlineMs, withdraw: withdraw.signal });
+    rows.then(ended, ended);
+    return { session, rows };
   }
 
   /** `cancelled`: this wait's own cancel was sent (a cancel meant for an earlier statement may hit this one). */

@@ -1,7 +1,7 @@
 import { LockerClosedError, LockUnavailableError, PgfenceError } from '../core/index.js';
 import type { Observer } from '../observe/index.js';
 import { type ReleaseListener, type Session, SessionLostError, type SessionPool } from '../session/index.js';
-import { WaitCount } from '../wait/index.js';
+import { WaitCount, type WaiterQueue } from '../wait/index.js';
 import { BlockingWait } from './blocking-wait.js';
 import { afterAdmission } from './lock-budget.js';
 import { KeyLock, type KeyLockContext } from './key-lock.js';
@@ -143,6 +143,11 @@ export class AdvisoryLockManager {
         );
       }
     });
+  }
+
+  /** The locker's waiter session, for the other kinds that wait in PostgreSQL's queue (leases). */
+  get waiterQueue(): WaiterQueue {
+    return this.context.blocking;
   }
 
   /** This locker holds the key, or has an operation for it in flight or waiting (it may be granted at any moment). */

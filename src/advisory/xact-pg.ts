@@ -19,6 +19,7 @@ function pgExecutor(client: pg.ClientBase): XactExecutor {
   return {
     ...sql,
     identity: client,
+    database: client,
     perTransaction: followsTransactions(client),
     status() {
       // pg >= 8.16 reports the server's transaction status from its last ReadyForQuery.

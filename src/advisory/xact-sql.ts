@@ -13,21 +13,31 @@ import { lockTimeoutSetting } from './lock-timeout.js';
 
 const SAVEPOINT = 'pgfence_xact_lock';
 
+/** The lease guard of transaction locks (sql/leases.sql), when migrate() has created it. */
+const GUARD = 'pgfence.admit_xact_lock(bigint,boolean,boolean)';
+
 /**
  * A single try, sent without parameters (the simple protocol: no Parse, Bind or Describe, one message
  * each way), as cheap as a bare pg_try_advisory_xact_lock. `nestedIn`: the start time of a transaction
  * that already holds the key (or null). `identify`: report the transaction's start time (`xact`), for
  * callers that cannot tell one transaction from the next themselves. In autocommit a lone statement
  * starts its own transaction, so its two timestamps are equal.
+ *
+ * `guarded` (the connection's database has pgfence's schema): the lock gives way to a live lease of
+ * the name (pgfence.admit_xact_lock). Not guarded, the statement also looks for the guard (`guard`):
+ * when it is there (a migrate() ran since), it takes nothing, and the caller sends the guarded try.
+ * So a database without the schema pays one catalog lookup, and one with it is never locked unguarded.
  */
-export function tryXactLockSql(opts: { key: bigint; shared: boolean; fenced: boolean; nestedIn: string | null; identify: boolean }): string {
+export function tryXactLockSql(opts: { key: bigint; shared: boolean; fenced: boolean; nestedIn: string | null; identify: boolean; guarded: boolean }): string {
   const fn = opts.shared ? 'pg_try_advisory_xact_lock_shared' : 'pg_try_advisory_xact_lock';
   const key = bigintLiteral(opts.key);
   const inXact = 'transaction_timestamp() <> statement_timestamp()';
   const nested = opts.nestedIn === null ? 'false' : `extract(epoch FROM transaction_timestamp()) = ${epochLiteral(opts.nestedIn)}`;
+  const guard = opts.guarded ? 'false' : `to_regprocedure('${GUARD}') IS NOT NULL`;
+  const lock = opts.guarded ? `pgfence.admit_xact_lock(${key}, ${opts.shared}, false) = 1` : `${fn}(${key})`;
   // Both timestamps are fixed for the statement: the conditions read the same wherever they are repeated.
-  const tries = `SELECT ${inXact} AS in_xact, ${nested} AS nested,
-  CASE WHEN ${inXact} AND NOT ${nested} THEN ${fn}(${key}) END AS granted${opts.identify ? ', extract(epoch FROM transaction_timestamp())::text AS xact' : ''}`;
+  const tries = `SELECT ${inXact} AS in_xact, ${nested} AS nested, ${guard} AS guard,
+  CASE WHEN ${inXact} AND NOT ${nested}${opts.guarded ? '' : ` AND NOT ${guard}`} THEN ${lock} END AS granted${opts.identify ? ', extract(epoch FROM transaction_timestamp())::text AS xact' : ''}`;
   if (!opts.fenced) return tries;
   // The token is issued only for a grant, in the caller's transaction: it commits with it.
   return `SELECT g.*, CASE WHEN g.granted THEN ${nextTokenExpr(key)} END::text AS token FROM (${tries} OFFSET 0) AS g`;
@@ -35,7 +45,8 @@ export function tryXactLockSql(opts: { key: bigint; shared: boolean; fenced: boo
 
 /**
  * A bounded (or unbounded, timeoutMs = Infinity) wait. `first` opens the savepoint; later slices of a
- * cancellable wait roll back to it instead. When `nestedIn` (a transaction start time, as epoch seconds) is the current
+ * cancellable wait roll back to it instead. Guarded, it also waits for a live lease of the name to end,
+ * within the same lock_timeout. When `nestedIn` (a transaction start time, as epoch seconds) is the current
  * transaction's, the lock is not taken and `nested` is true.
  */
 export function waitXactLockScript(opts: {
@@ -45,6 +56,8 @@ export function waitXactLockScript(opts: {
   first: boolean;
   nestedIn: string | null;
   fenced: boolean;
+  /** See tryXactLockSql; a wait follows the try that found out, so it does not look for the guard again. */
+  guarded: boolean;
 }): string {
   const fn = opts.shared ? 'pg_advisory_xact_lock_shared' : 'pg_advisory_xact_lock';
   const timeout = lockTimeoutSetting(opts.timeoutMs);
@@ -54,7 +67,7 @@ export function waitXactLockScript(opts: {
   return `${open};
 SELECT n.nested,
   CASE WHEN n.nested THEN NULL ELSE set_config('lock_timeout', '${timeout}', true) END AS set_timeout,
-  CASE WHEN n.nested THEN NULL ELSE ${fn}(${key}) END AS locked,
+  CASE WHEN n.nested THEN NULL ELSE ${opts.guarded ? `pgfence.admit_xact_lock(${key}, ${opts.shared}, true)` : `${fn}(${key})`} END AS locked,
   set_config('lock_timeout', p.prev, true) AS restored,
   ${opts.fenced ? `CASE WHEN n.nested THEN NULL ELSE ${nextTokenExpr(key)}::text END` : 'NULL::text'} AS token,
   extract(epoch FROM transaction_timestamp())::text AS xact

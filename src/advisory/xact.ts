@@ -32,6 +32,11 @@ export interface XactExecutor extends SqlExecutor {
   /** Kysely: the transaction object itself, new per transaction. node-postgres: the client. */
   readonly identity: object;
   /**
+   * Stands for the database the transactions run in, across transactions (node-postgres: the client;
+   * Kysely: its dialect adapter, one per Kysely instance): whether it has the lease guard is kept here.
+   */
+  readonly database: object;
+  /**
    * True when the keys held under `identity` are those of the current transaction: it lives for exactly
    * one transaction, or the executor calls forgetHeldKeys(identity) whenever a transaction ends.
    */
@@ -68,6 +73,12 @@ class NoAnswer {
 
 /** Keys held per transaction: identity -> key -> transaction start (epoch text, or '' when per-transaction). */
 const heldKeys = new WeakMap<object, Map<bigint, string>>();
+
+/**
+ * Databases (XactExecutor.database) known to have pgfence's schema, whose transaction locks give way to
+ * leases. Any other is sent the plain statement, which looks for the guard itself (see tryXactLockSql).
+ */
+const guardedDatabases = new WeakSet<object>();
 
 /** The transaction of `identity` has ended: every transaction lock it held is gone. */
 export function forgetHeldKeys(identity: object): void {
@@ -130,13 +141,20 @@ export async function tryXactLockWith(exec: XactExecutor, name: LockName, opts?:
 }
 
 async function tryOnce(exec: XactExecutor, p: Prepared): Promise<XactLockResult | null> {
-  let rows: { in_xact: boolean; nested: boolean; granted: boolean | null; xact?: string; token?: string | null }[];
-  try {
-    rows = await answered(exec, 0, () => exec.query(tryXactLockSql({ key: p.target.key, shared: p.shared, fenced: p.fencing, nestedIn: p.nestedIn, identify: !exec.perTransaction }), []));
-  } catch (err) {
-    throw translate(err, p);
+  type Row = { in_xact: boolean; nested: boolean; guard: boolean; granted: boolean | null; xact?: string; token?: string | null };
+  let row: Row;
+  for (;;) {
+    const guarded = guardedDatabases.has(exec.database);
+    try {
+      const sql = tryXactLockSql({ key: p.target.key, shared: p.shared, fenced: p.fencing, nestedIn: p.nestedIn, identify: !exec.perTransaction, guarded });
+      row = (await answered(exec, 0, () => exec.query<Row>(sql, [])))[0]!;
+    } catch (err) {
+      throw translate(err, p, exec);
+    }
+    // The database has the lease guard (migrate() ran since this connection was last asked): nothing was taken; try guarded.
+    if (!row.guard || guarded) break;
+    guardedDatabases.add(exec.database);
   }
-  const row = rows[0]!;
   if (!row.in_xact) throw new NotInTransactionError();
   if (row.nested) throw new NestedLockError(p.target.name, p.target.key, p.target.name, p.target.key);
   if (!row.granted) return null;
@@ -161,12 +179,13 @@ async function wait(exec: XactExecutor, p: Prepared, deadline: number): Promise<
         first,
         nestedIn: p.nestedIn,
         fenced: p.fencing && exec.scriptResults,
+        guarded: guardedDatabases.has(exec.database),
       });
       // The server gives up at `slice` (its lock_timeout); the client at slice + ANSWER_GRACE_MS.
       results = await answered(exec, slice, () => exec.script(script));
     } catch (err) {
       const code = sqlState(err);
-      if (isConnectionLost(err)) throw translate(err, p);
+      if (isConnectionLost(err)) throw translate(err, p, exec);
       if (code === SQLSTATE.lockNotAvailable) {
         first = false;
         if (deadline - performance.now() > 1 || p.signal?.aborted) continue; // the next slice, or the abort above
@@ -175,7 +194,7 @@ async function wait(exec: XactExecutor, p: Prepared, deadline: number): Promise<
       }
       // A savepoint refused outside a transaction (25P01) or in an aborted one (25P02) left nothing to undo.
       if (code !== SQLSTATE.noActiveTransaction && code !== SQLSTATE.inFailedTransaction) await undo(exec, p);
-      throw translate(err, p);
+      throw translate(err, p, exec);
     }
     const row = results?.find((rows) => rows[0] && 'locked' in rows[0])?.[0];
     if (row?.nested === true) throw new NestedLockError(p.target.name, p.target.key, p.target.name, p.target.key);
@@ -185,7 +204,7 @@ async function wait(exec: XactExecutor, p: Prepared, deadline: number): Promise<
       try {
         token = (await answered(exec, 0, () => exec.query<{ token: string }>(nextTokenSql, [p.target.key])))[0]!.token;
       } catch (err) {
-        throw translate(err, p);
+        throw translate(err, p, exec);
       }
     }
     return granted(exec, p, typeof row?.xact === 'string' ? row.xact : '', token);
@@ -204,7 +223,7 @@ async function undo(exec: XactExecutor, p: Prepared): Promise<void> {
   try {
     await answered(exec, 0, () => exec.script(undoWaitScript));
   } catch (err) {
-    if (err instanceof NoAnswer) throw translate(err, p);
+    if (err instanceof NoAnswer) throw translate(err, p, exec);
     // The connection is gone, or the transaction was ended underneath us: nothing is left to undo.
   }
 }
@@ -272,7 +291,7 @@ function watch(entry: Watched): void {
   watchdog.unref(); // the statement's own socket keeps the process alive
 }
 
-function translate(err: unknown, p: Prepared): Error {
+function translate(err: unknown, p: Prepared, exec: XactExecutor): Error {
   if (err instanceof NoAnswer) {
     return new LockUnavailableError(
       `PostgreSQL did not answer within ${err.afterMs} ms while taking transaction lock ${describeLock(p.target.name, p.target.key)} ` +
@@ -281,7 +300,11 @@ function translate(err: unknown, p: Prepared): Error {
     );
   }
   const missing = schemaMissingError(err);
-  if (missing) return missing;
+  if (missing) {
+    // The schema went (or was never there for a fenced lock): the next transaction looks for the guard again.
+    guardedDatabases.delete(exec.database);
+    return missing;
+  }
   const code = sqlState(err);
   if (code === SQLSTATE.noActiveTransaction) return new NotInTransactionError();
   if (code === SQLSTATE.inFailedTransaction) return new TransactionAbortedError({ cause: err });

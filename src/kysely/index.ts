@@ -10,6 +10,8 @@ function kyselyExecutor(trx: AnyKysely): XactExecutor {
     ...sql,
     // Kysely makes a new Transaction object per transaction.
     identity: trx,
+    // The dialect's adapter: one per Kysely instance, shared by its transactions (a new object each).
+    database: trx.getExecutor().adapter,
     perTransaction: true,
     status: () => (trx.isTransaction ? 'active' : 'idle'),
     abandonAdvice:

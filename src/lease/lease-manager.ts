@@ -3,8 +3,9 @@ import { BaseHandle, type LockHandle, LockLostError, type LockLostReason, LockUn
 import type { LockTarget } from '../keys.js';
 import type { Observer } from '../observe/index.js';
 import { type ReleaseListener, type Session, SessionLostError, type SessionPool, type ShortStatements } from '../session/index.js';
-import { type Attempt, closedError, WaitLines } from '../wait/index.js';
+import { type Attempt, type Busy, closedError, type WaiterQueue, WaitLines } from '../wait/index.js';
 import { leaseStatements } from './lease-sql.js';
+import { acquireQueued, type AcquireRow, busyWith } from './queued-lease.js';
 
 export interface LeaseRequest {
   target: LockTarget;
@@ -53,22 +54,14 @@ interface PermitRow {
   remaining_ms: number | null;
 }
 
-interface AcquireRow {
-  granted: boolean;
-  /** Null when busy: a token is its holder's alone. */
-  token: string | null;
-  owner: string;
-  acquired_at: Date;
-  expires_at: Date;
-  /** Null when a session lock holds the name: nobody knows for how long. */
-  remaining_ms: number | null;
-}
-
 /**
  * Table-backed leases of one locker. A lease is taken by one statement that checks expiry on the
  * database clock and issues the fencing token in the same transaction. Local waiters line up per key
  * (src/wait); the head looks at the lease (a busy check writes nothing) when a release is announced,
- * when the current lease is due to expire, or at its poll.
+ * when the current lease is due to expire, or at its poll. While a lock (not a lease) holds the name,
+ * the head waits in PostgreSQL's FIFO queue for the key on the locker's waiter session (`queue`), as
+ * session locks do, and takes the lease in the same transaction as the grant: lockers that hand the key
+ * over among themselves cannot starve it.
  */
 export class LeaseManager {
   private readonly lines: WaitLines<LeaseRequest, LeaseHandleImpl>;
@@ -90,8 +83,17 @@ export class LeaseManager {
      * backend that holds it, where PostgreSQL sees no conflict (a backend's own locks never conflict).
      */
     private readonly sessionLockHere: (key: bigint) => boolean,
+    /** The locker's waiter session (null: none; a waiter then polls). */
+    private readonly queue: WaiterQueue | null = null,
   ) {
-    this.lines = new WaitLines('lease', sessions, listener, observer, (request) => this.attempt(request));
+    this.lines = new WaitLines(
+      'lease',
+      sessions,
+      listener,
+      observer,
+      (request) => this.attempt(request),
+      (request, remainingMs, last, cancel) => this.queued(request, remainingMs, last, cancel),
+    );
     this.permitLines = new WaitLines('semaphore', sessions, listener, observer, (request) => this.attemptPermit(request));
   }
 
@@ -206,10 +208,22 @@ export class LeaseManager {
     ]);
     if (!rows) return { retry: true };
     const row = rows[0]!;
-    if (!row.granted) return { busy: true, retryInMs: row.remaining_ms === null ? undefined : row.remaining_ms + 1 };
+    if (!row.granted) return busyWith(row);
+    return { granted: this.grantedTo(request, row, sentAt) };
+  }
+
+  /** A grant: the holder's handle, its local deadline counted from `sentAt` (no later than the grant). */
+  private grantedTo(request: LeaseRequest, row: AcquireRow, sentAt: number): LeaseHandleImpl {
     const handle = new LeaseHandleImpl(this, request, BigInt(row.token!), row.expires_at, sentAt);
     this.holding.add(handle);
-    return { granted: handle };
+    return handle;
+  }
+
+  /** A lock holds the name: wait for it in PostgreSQL's queue, then take the lease (null: not now, poll). */
+  private queued(request: LeaseRequest, remainingMs: number, last: Busy | null, cancel: AbortSignal): Promise<Attempt<LeaseHandleImpl>> | null {
+    // Never on a key this locker holds as a session lock: its own backend's locks never conflict.
+    if (!last?.lockHeld || !this.queue || this.sessionLockHere(request.target.key)) return null;
+    return acquireQueued(this.queue, request, remainingMs, cancel, (row, sentAt) => this.grantedTo(request, row, sentAt));
   }
 
   private async attemptPermit(request: PermitLeaseRequest): Promise<Attempt<LeaseHandleImpl>> {

@@ -10,6 +10,16 @@
 export const acquireLeaseSql = `SELECT granted, token::text AS token, owner, acquired_at, expires_at, remaining_ms::int8::float8 AS remaining_ms
 FROM pgfence.lease_acquire($1::int8, $2::text, $3::text, $4::int8, $5::jsonb, $6::int8)`;
 
+/**
+ * For a waiter that found the name held by a lock (not a lease): waits in PostgreSQL's queue for the key
+ * (pgfence.queue_for_key, FIFO with the lockers) up to $7 ms (NULL: no bound), then takes the lease as
+ * acquireLeaseSql does ($1..$6 as there), in the same transaction. Run on the locker's waiter session (it
+ * blocks). `since_grant_ms`: how long before the answer the lease was granted (the wait came before it).
+ */
+export const acquireQueuedLeaseSql = `SELECT granted, token::text AS token, owner, acquired_at, expires_at, remaining_ms::int8::float8 AS remaining_ms,
+       (extract(epoch FROM clock_timestamp() - acquired_at) * 1000)::float8 AS since_grant_ms
+FROM pgfence.lease_acquire_queued($1::int8, $2::text, $3::text, $4::int8, $5::jsonb, $6::int8, $7::int8)`;
+
 /** $1 key, $2 token, $3 ttl ms. The new expiry, or NULL and whether another holder took the lease. */
 export const renewLeaseSql = `SELECT expires_at, taken_over FROM pgfence.lease_renew($1::int8, $2::int8, $3::int8)`;
 
@@ -31,6 +41,7 @@ FROM pgfence.permit_acquire($1::int8[], $2::text, $3::text, $4::int8, $5::int4)`
 /** The lease statements with their names: prepared once per session or direct connection (see session/short-statements.ts). */
 export const leaseStatements = {
   acquire: { name: 'pgfence_lease_acquire', text: acquireLeaseSql },
+  acquireQueued: { name: 'pgfence_lease_acquire_queued', text: acquireQueuedLeaseSql },
   renew: { name: 'pgfence_lease_renew', text: renewLeaseSql },
   release: { name: 'pgfence_lease_release', text: releaseLeaseSql },
   permit: { name: 'pgfence_permit_acquire', text: acquirePermitSql },

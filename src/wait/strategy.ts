@@ -1,4 +1,4 @@
-import type { Session } from '../session/index.js';
+import type { Session, StatementText } from '../session/index.js';
 
 /** What every waiting request carries. */
 export interface LineRequest {
@@ -16,6 +16,20 @@ export interface Busy {
   stoodBack?: boolean;
   /** A live lease holds the name: wait for its release or expiry, never block on it. */
   leaseHeld?: boolean;
+  /** A lock (not a lease) holds the name: a waiter may queue for it in PostgreSQL (see WaiterQueue). */
+  lockHeld?: boolean;
+}
+
+/**
+ * The locker's waiter session, shared by every kind that waits in PostgreSQL's own FIFO queue for a
+ * key (session locks, and leases while a lock holds their name): one blocking statement at a time.
+ */
+export interface WaiterQueue {
+  /**
+   * Runs `statement` on the waiter session, cancelled when `cancel` aborts, answered within remainingMs
+   * plus the locker's deadline; null when the waiter session is not free now (the caller polls then).
+   */
+  run<R>(statement: StatementText, params: unknown[], remainingMs: number, cancel: AbortSignal): { session: Session; rows: Promise<R[]> } | null;
 }
 
 /**

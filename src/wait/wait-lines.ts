@@ -2,7 +2,7 @@ import { type HeldLockInfo, LockerClosedError, type LockKind, LockTimeoutError }
 import type { LockTarget } from '../keys.js';
 import type { Observer } from '../observe/index.js';
 import type { ReleaseListener, Session, SessionPool } from '../session/index.js';
-import type { Attempt, AttemptPhase, LineRequest } from './strategy.js';
+import type { Attempt, AttemptPhase, Busy, LineRequest } from './strategy.js';
 import { WaitCount, WaitLine } from './wait-line.js';
 
 export const closedError = () => new LockerClosedError('the locker was closed');
@@ -26,6 +26,8 @@ export class WaitLines<R extends TargetRequest, H extends HeldLockInfo & { relea
     private readonly listener: ReleaseListener,
     private readonly observer: Observer,
     private readonly attempt: (request: R, phase: AttemptPhase) => Promise<Attempt<H>>,
+    /** Waits in PostgreSQL's queue, when the kind can (see WaitStrategy.block). */
+    private readonly block?: (request: R, remainingMs: number, last: Busy | null, cancel: AbortSignal) => Promise<Attempt<H>> | null,
   ) {}
 
   get waiting(): number {
@@ -61,6 +63,7 @@ export class WaitLines<R extends TargetRequest, H extends HeldLockInfo & { relea
       this.listener,
       {
         attempt: this.attempt,
+        ...(this.block ? { block: this.block } : {}),
         giveBack: (handle) => handle.release(),
         granted: (_request, handle, waitMs) => this.observer.acquired(handle, waitMs),
         contention: (request) => this.observer.contention(info(request)),

@@ -363,44 +363,65 @@ SELECT pg_advisory_unlock($1::int8) AS released,
 SELECT granted, token::text AS token, owner, acquired_at, expires_at, remaining_ms::int8::float8 AS remaining_ms
 FROM pgfence.lease_acquire($1::int8, $2::text, $3::text, $4::int8, $5::jsonb, $6::int8);
 
+-- lease: acquire after waiting in the queue for the key (waiter session); $6 wait ms
+SELECT granted, token::text AS token, owner, acquired_at, expires_at, remaining_ms::int8::float8 AS remaining_ms,
+       (extract(epoch FROM clock_timestamp() - acquired_at) * 1000)::float8 AS since_grant_ms
+FROM pgfence.lease_acquire_queued($1::int8, $2::text, $3::text, $4::int8, $5::jsonb, $6::int8, $7::int8);
+
 -- lease: renew
 SELECT expires_at, taken_over FROM pgfence.lease_renew($1::int8, $2::int8, $3::int8);
 
 -- lease: release
 SELECT pgfence.lease_release($1::int8, $2::int8, $3::int8) AS released;
 
--- xact lock: try exclusive, key 42
-SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, false AS nested,
-  CASE WHEN transaction_timestamp() <> statement_timestamp() AND NOT false THEN pg_try_advisory_xact_lock(42::int8) END AS granted;
+-- xact lock: try exclusive, key 42, looking for the guard
+SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, false AS nested, to_regprocedure('pgfence.admit_xact_lock(bigint,boolean,boolean)') IS NOT NULL AS guard,
+  CASE WHEN transaction_timestamp() <> statement_timestamp() AND NOT false AND NOT to_regprocedure('pgfence.admit_xact_lock(bigint,boolean,boolean)') IS NOT NULL THEN pg_try_advisory_xact_lock(42::int8) END AS granted;
 
--- xact lock: try exclusive, fenced, key 42
-SELECT g.*, CASE WHEN g.granted THEN pgfence.next_token(42::int8) END::text AS token FROM (SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, false AS nested,
-  CASE WHEN transaction_timestamp() <> statement_timestamp() AND NOT false THEN pg_try_advisory_xact_lock(42::int8) END AS granted OFFSET 0) AS g;
+-- xact lock: try exclusive, fenced, key 42, looking for the guard
+SELECT g.*, CASE WHEN g.granted THEN pgfence.next_token(42::int8) END::text AS token FROM (SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, false AS nested, to_regprocedure('pgfence.admit_xact_lock(bigint,boolean,boolean)') IS NOT NULL AS guard,
+  CASE WHEN transaction_timestamp() <> statement_timestamp() AND NOT false AND NOT to_regprocedure('pgfence.admit_xact_lock(bigint,boolean,boolean)') IS NOT NULL THEN pg_try_advisory_xact_lock(42::int8) END AS granted OFFSET 0) AS g;
 
--- xact lock: try shared, key 42
-SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, false AS nested,
-  CASE WHEN transaction_timestamp() <> statement_timestamp() AND NOT false THEN pg_try_advisory_xact_lock_shared(42::int8) END AS granted;
+-- xact lock: try shared, key 42, looking for the guard
+SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, false AS nested, to_regprocedure('pgfence.admit_xact_lock(bigint,boolean,boolean)') IS NOT NULL AS guard,
+  CASE WHEN transaction_timestamp() <> statement_timestamp() AND NOT false AND NOT to_regprocedure('pgfence.admit_xact_lock(bigint,boolean,boolean)') IS NOT NULL THEN pg_try_advisory_xact_lock_shared(42::int8) END AS granted;
 
--- xact lock: try shared, fenced, key 42
-SELECT g.*, CASE WHEN g.granted THEN pgfence.next_token(42::int8) END::text AS token FROM (SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, false AS nested,
-  CASE WHEN transaction_timestamp() <> statement_timestamp() AND NOT false THEN pg_try_advisory_xact_lock_shared(42::int8) END AS granted OFFSET 0) AS g;
+-- xact lock: try shared, fenced, key 42, looking for the guard
+SELECT g.*, CASE WHEN g.granted THEN pgfence.next_token(42::int8) END::text AS token FROM (SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, false AS nested, to_regprocedure('pgfence.admit_xact_lock(bigint,boolean,boolean)') IS NOT NULL AS guard,
+  CASE WHEN transaction_timestamp() <> statement_timestamp() AND NOT false AND NOT to_regprocedure('pgfence.admit_xact_lock(bigint,boolean,boolean)') IS NOT NULL THEN pg_try_advisory_xact_lock_shared(42::int8) END AS granted OFFSET 0) AS g;
+
+-- xact lock: try exclusive, key 42, guarded against leases
+SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, false AS nested, false AS guard,
+  CASE WHEN transaction_timestamp() <> statement_timestamp() AND NOT false THEN pgfence.admit_xact_lock(42::int8, false, false) = 1 END AS granted;
+
+-- xact lock: try exclusive, fenced, key 42, guarded against leases
+SELECT g.*, CASE WHEN g.granted THEN pgfence.next_token(42::int8) END::text AS token FROM (SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, false AS nested, false AS guard,
+  CASE WHEN transaction_timestamp() <> statement_timestamp() AND NOT false THEN pgfence.admit_xact_lock(42::int8, false, false) = 1 END AS granted OFFSET 0) AS g;
+
+-- xact lock: try shared, key 42, guarded against leases
+SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, false AS nested, false AS guard,
+  CASE WHEN transaction_timestamp() <> statement_timestamp() AND NOT false THEN pgfence.admit_xact_lock(42::int8, true, false) = 1 END AS granted;
+
+-- xact lock: try shared, fenced, key 42, guarded against leases
+SELECT g.*, CASE WHEN g.granted THEN pgfence.next_token(42::int8) END::text AS token FROM (SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, false AS nested, false AS guard,
+  CASE WHEN transaction_timestamp() <> statement_timestamp() AND NOT false THEN pgfence.admit_xact_lock(42::int8, true, false) = 1 END AS granted OFFSET 0) AS g;
 
 -- xact lock: try exclusive, key -7, nested check, identifying the transaction (a client without protocol events)
-SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, extract(epoch FROM transaction_timestamp()) = 1700000000.123456::numeric AS nested,
-  CASE WHEN transaction_timestamp() <> statement_timestamp() AND NOT extract(epoch FROM transaction_timestamp()) = 1700000000.123456::numeric THEN pg_try_advisory_xact_lock(-7::int8) END AS granted, extract(epoch FROM transaction_timestamp())::text AS xact;
+SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, extract(epoch FROM transaction_timestamp()) = 1700000000.123456::numeric AS nested, false AS guard,
+  CASE WHEN transaction_timestamp() <> statement_timestamp() AND NOT extract(epoch FROM transaction_timestamp()) = 1700000000.123456::numeric THEN pgfence.admit_xact_lock(-7::int8, false, false) = 1 END AS granted, extract(epoch FROM transaction_timestamp())::text AS xact;
 
--- xact lock: first wait slice, exclusive, fenced, key 42, 1500 ms
+-- xact lock: first wait slice, exclusive, fenced, key 42, 1500 ms, guarded against leases
 SAVEPOINT pgfence_xact_lock;
 SELECT n.nested,
   CASE WHEN n.nested THEN NULL ELSE set_config('lock_timeout', '1500ms', true) END AS set_timeout,
-  CASE WHEN n.nested THEN NULL ELSE pg_advisory_xact_lock(42::int8) END AS locked,
+  CASE WHEN n.nested THEN NULL ELSE pgfence.admit_xact_lock(42::int8, false, true) END AS locked,
   set_config('lock_timeout', p.prev, true) AS restored,
   CASE WHEN n.nested THEN NULL ELSE pgfence.next_token(42::int8)::text END AS token,
   extract(epoch FROM transaction_timestamp())::text AS xact
 FROM (SELECT current_setting('lock_timeout') AS prev OFFSET 0) AS p, (SELECT false AS nested OFFSET 0) AS n;
 RELEASE SAVEPOINT pgfence_xact_lock;
 
--- xact lock: later wait slice, shared, unfenced, no timeout, nested check
+-- xact lock: later wait slice, shared, unfenced, no timeout, nested check, unguarded (no schema)
 ROLLBACK TO SAVEPOINT pgfence_xact_lock;
 SELECT n.nested,
   CASE WHEN n.nested THEN NULL ELSE set_config('lock_timeout', '0', true) END AS set_timeout,

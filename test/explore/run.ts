@@ -41,11 +41,8 @@ export interface RoundResult {
 
 export const NAMES = ['n0', 'n1', 'n2'];
 export const SEMAPHORES: Record<string, number> = { s0: 2 };
-/**
- * Known gaps, each being fixed elsewhere; the checker skips them so the suite stays green until then.
- * - An xact lock is not yet excluded by a live lease of its name.
- */
-export const KNOWN_NON_EXCLUSIVE: [Family, Family][] = [['xact', 'lease']];
+/** Known gaps, each being fixed elsewhere; the checker skips them so the suite stays green until then. None now. */
+export const KNOWN_NON_EXCLUSIVE: [Family, Family][] = [];
 export const KNOWN_UNTYPED: ExploreConfig['knownUntyped'] = [];
 /** Seen once (seed 2001): a leader's lease row outlived close() by 210 ms, no fault near; not yet reproduced. */
 export const LEASE_LINGER_KINDS = ['leader'];
