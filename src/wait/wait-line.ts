@@ -297,6 +297,8 @@ export class WaitLine<R extends LineRequest, H> {
   }
 
   private onBusy(head: Waiter<R, H>, busy: Busy, blocked: boolean): void {
+    // It met the key busy: contention (once per request), also when its time ran out meanwhile; a single try is no wait.
+    if (!head.settled && head.request.timeoutMs !== 0) this.contended(head);
     if (head.leaving) this.settle(head, head.leaving);
     if (head.settled) return this.drive();
     if (head.expired) {
