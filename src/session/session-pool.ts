@@ -175,7 +175,8 @@ export class SessionPool {
   /** Interrupts the statement a session is running (a blocking wait), from another connection: home when it is up. */
   async cancel(session: Session): Promise<void> {
     const pid = session.processId;
-    if (pid === null) return;
+    // Still running its setup statement: the wait has not been sent (it is withdrawn), and a cancel would kill the setup.
+    if (pid === null || session.state !== 'ready') return;
     const home = this.live(0);
     const text = 'SELECT pg_cancel_backend($1)';
     // Without the cancel the wait still ends, at its lock_timeout (or with its session).

@@ -3,3 +3,4 @@ export * from './marker-sql.js';
 export * from './strategy.js';
 export * from './wait-line.js';
 export * from './wait-lines.js';
+export { WaitCount } from './waiter.js';

@@ -2,41 +2,13 @@ import { MAX_TIMER_MS, setLongTimeout } from '../core/index.js';
 import { MarkerOp, markerRegistered } from './marker-sql.js';
 import type { ReleaseListener, Session, SessionPool } from '../session/index.js';
 import type { Attempt, Busy, LineRequest, WaitStrategy } from './strategy.js';
+import { giveUpOnTimeout, WaitCount, type Waiter } from './waiter.js';
 
 /** Wake-up polls find releases nobody announced (a holder's session died, a non-pgfence holder, an expiry). */
 const FIRST_POLL_MS = 50;
 const MAX_POLL_MS = 1000;
 /** How long a waiter that gave up waits for its attempt (or blocking wait) in flight before it is answered anyway. */
 const LEAVE_GRACE_MS = 250;
-
-interface Waiter<R, H> {
-  readonly request: R;
-  readonly startedAt: number;
-  /** Has found the resource busy: it now waits for a wake-up, announced by a marker. */
-  waiting: boolean;
-  /** A contention event was reported for it. */
-  contended: boolean;
-  settled: boolean;
-  /** Its timeout passed while its first attempt waited for a connection: that attempt's answer decides. */
-  expired: boolean;
-  /** What its last attempt found busy. */
-  last: Busy | null;
-  /** Gave up while its attempt was in flight: the answer it gets once that attempt is back (see giveUp). */
-  leaving: (() => void) | null;
-  resolve(handle: H | null): void;
-  reject(err: unknown): void;
-  cleanup: () => void;
-}
-
-/** A waiter's timeout (setTimeout's arguments carry the line and the waiter). */
-function giveUpOnTimeout<R extends LineRequest, H>(line: WaitLine<R, H>, waiter: Waiter<R, H>): void {
-  line.giveUp(waiter, null);
-}
-
-/** How many requests wait, over several lines. */
-export class WaitCount {
-  n = 0;
-}
 
 /**
  * The local FIFO line of waiters for one key: only the head talks to the database, so N local waiters

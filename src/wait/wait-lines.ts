@@ -3,7 +3,8 @@ import type { LockTarget } from '../keys.js';
 import type { Observer } from '../observe/index.js';
 import type { ReleaseListener, Session, SessionPool } from '../session/index.js';
 import type { Attempt, AttemptPhase, Busy, LineRequest } from './strategy.js';
-import { WaitCount, WaitLine } from './wait-line.js';
+import { WaitLine } from './wait-line.js';
+import { WaitCount } from './waiter.js';
 
 export const closedError = () => new LockerClosedError('the locker was closed');
 
