@@ -2,6 +2,8 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLocker, lockKey, type LockHandle } from '../src/index.js';
 import { HEAVY_HOLDS } from '../src/session/session-pool.js';
+import { capabilityMissing } from './support/capability.js';
+import { type PrivateCluster, privateClusterUnavailable, startPrivateCluster } from './support/cluster.js';
 import { appName, eventually, sleep, track, useTestDatabase } from './support/db.js';
 
 /**
@@ -151,9 +153,24 @@ describe('a key seen busy lately', () => {
   });
 });
 
-describe('acquireAll at scale', () => {
+/**
+ * On a server of its own: thousands of locks at once are admitted by the server-wide lock-table guard only
+ * within this locker's split of the table's headroom, which other test files' lock holders on a shared server
+ * would shrink (seen in CI: LockTableFullError with one lock on the server).
+ */
+const noCluster = capabilityMissing('ACQUIREALL AT SCALE', privateClusterUnavailable(), 'it starts a PostgreSQL of its own');
+
+describe.skipIf(noCluster)('acquireAll at scale, alone on a server', () => {
+  let cluster: PrivateCluster;
+  beforeAll(async () => {
+    cluster = await startPrivateCluster({ settings: { max_locks_per_transaction: 128 } }); // room for 3000 under the guard's share
+  }, 120_000);
+  afterAll(async () => {
+    await cluster?.stop();
+  }, 60_000);
+
   it('takes many free keys in a few statements', async () => {
-    const { pool, sent } = loggingPool(db.url);
+    const { pool, sent } = loggingPool(cluster.url);
     const locker = createLocker({ pool, maxHeldLocks: 10_000 });
     try {
       await (await locker.acquire(8_200_000n)).release(); // sessions connected before counting
@@ -169,7 +186,9 @@ describe('acquireAll at scale', () => {
       await pool.end();
     }
   });
+});
 
+describe('acquireAll at scale', () => {
   it('waits for a busy key holding only the keys before it (canonical order), then takes the rest', async () => {
     const app = appName('all-order');
     const keys = Array.from({ length: 40 }, (_, i) => BigInt(8_300_000 + i));

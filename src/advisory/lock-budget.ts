@@ -91,11 +91,9 @@ export class LockBudget {
     if (!sample || this.admits(sample, used, count)) return null;
     return this.resample(true).then(() => {
       const now = this.inUse();
+      if (this.admits(this.sample!, now, count)) return;
       const fresh = this.sample!;
       const limit = Math.floor(this.tableSize! * SERVER_LOCK_TABLE_SHARE);
-      // A sample taken just now: the whole headroom it shows is there (the split is for growth between samples;
-      // it refused 3000 locks with 1 held on a server many idle clients share). Whatever the split admits, this does.
-      if (fresh.locks + Math.max(0, now - fresh.ownThen) + count <= limit) return;
       throw new LockTableFullError({ guard: { serverLocks: fresh.locks + Math.max(0, now - fresh.ownThen), limit, table: this.tableSize! } });
     });
   }

@@ -176,7 +176,7 @@ export class SessionPool {
   async cancel(session: Session): Promise<void> {
     const pid = session.processId;
     // Still running its setup statement: the wait has not been sent (it is withdrawn), and a cancel would kill the setup.
-    if (pid === null || session.state !== 'ready') return;
+    if (pid === null || session.state !== 'ready' || !session.setUp) return;
     const home = this.live(0);
     const text = 'SELECT pg_cancel_backend($1)';
     // Without the cancel the wait still ends, at its lock_timeout (or with its session).

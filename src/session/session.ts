@@ -364,8 +364,8 @@ export class Session {
   }
 
   private everReady = false;
-  /** Its setup statement succeeded: the session may be used (until then it counts as not connected). */
-  private setUp = false;
+  /** Its setup statement succeeded: the session may be used (until then it counts as not connected). Read-only outside. */
+  setUp = false;
 
   private lostError(): SessionLostError {
     const cause = this.deathCause;
