@@ -273,6 +273,44 @@ describe('a lock lost while the holder cannot hear of it', () => {
   });
 });
 
+describe('a lease granted in the queue, its answer held up on the way', () => {
+  it("is lost by the holder's clock no later than the server lets another take it", async () => {
+    const migrated = await useMigratedDatabase('faults_queued_lease');
+    const name = 'fault:queued:late-answer';
+    const locker = track(createLocker({ connectionString: migrated.url }));
+    const other = track(createLocker({ connectionString: migrated.url }));
+    const { proxy, url: via } = await proxyTo(migrated.url);
+    const waiter = track(createLocker({ connectionString: via }));
+    const watcher = new pg.Client({ connectionString: migrated.url });
+    await watcher.connect();
+    try {
+      // A session lock holds the name: the lease waits in PostgreSQL's queue for the key.
+      const lock = await locker.acquire(name);
+      const leasing = waiter.lease(name, { ttlMs: 1000, renew: false, timeoutMs: 30_000 });
+      await eventually(async () => (await advisoryLocksOf(watcher, lockKey(name), false)) > 0, 15_000, 'the lease to wait in the queue');
+      proxy.holdReplies();
+      await lock.release();
+      // Granted on the server; its answer is held until the server's lease has run out.
+      const expired = async () =>
+        (await watcher.query("SELECT expires_at <= clock_timestamp() AS over FROM pgfence.leases WHERE key = $1 AND released_at IS NULL", [lockKey(name)])).rows[0]?.over === true;
+      await eventually(expired, 15_000, 'the granted lease to run out on the server');
+      proxy.heal();
+      const lease = await leasing;
+      // Another holder can take it now: the first must not believe it still holds it.
+      const taken = await other.tryLease(name);
+      expect(taken).not.toBeNull();
+      expect(lease.signal.aborted).toBe(true);
+      expect(await lease.release()).toBe(false);
+      await taken!.release();
+    } finally {
+      proxy.heal();
+      await watcher.end();
+      await waiter.close();
+      await proxy.close();
+    }
+  });
+});
+
 describe('a session whose setup statement fails', () => {
   it('is never used: the caller gets LockUnavailableError with the cause, it is logged, and a lease of the name still excludes', async () => {
     const migrated = await useMigratedDatabase('faults_setup');

@@ -14,10 +14,12 @@ FROM pgfence.lease_acquire($1::int8, $2::text, $3::text, $4::int8, $5::jsonb, $6
  * For a waiter that found the name held by a lock (not a lease): waits in PostgreSQL's queue for the key
  * (pgfence.queue_for_key, FIFO with the lockers) up to $7 ms (NULL: no bound), then takes the lease as
  * acquireLeaseSql does ($1..$6 as there), in the same transaction. Run on the locker's waiter session (it
- * blocks). `since_grant_ms`: how long before the answer the lease was granted (the wait came before it).
+ * blocks). `waited_ms`: how long after the statement began the lease was granted (the wait in the queue),
+ * on the server's clock: the holder counts its deadline from when it sent the statement plus this, never
+ * from when the answer arrived (an answer held up on the way would stretch the deadline past expires_at).
  */
 export const acquireQueuedLeaseSql = `SELECT granted, token::text AS token, owner, acquired_at, expires_at, remaining_ms::int8::float8 AS remaining_ms,
-       (extract(epoch FROM clock_timestamp() - acquired_at) * 1000)::float8 AS since_grant_ms
+       greatest(0, extract(epoch FROM acquired_at - statement_timestamp()) * 1000)::float8 AS waited_ms
 FROM pgfence.lease_acquire_queued($1::int8, $2::text, $3::text, $4::int8, $5::jsonb, $6::int8, $7::int8)`;
 
 /** $1 key, $2 token, $3 ttl ms. The new expiry, or NULL and whether another holder took the lease. */

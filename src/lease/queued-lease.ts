@@ -45,7 +45,9 @@ export function acquireQueued<H>(
   granted: (row: AcquireRow, grantedAt: number) => H,
 ): Promise<Attempt<H>> | null {
   const { target, owner, ttlMs, data, minHoldMs } = request;
-  const started = queue.run<AcquireRow & { since_grant_ms: number }>(
+  // Before the statement is sent: the deadline counted from here is never later than the server's.
+  const sentAt = performance.now();
+  const started = queue.run<AcquireRow & { waited_ms: number }>(
     leaseStatements.acquireQueued,
     [target.key, target.name, owner, ttlMs, data === undefined ? null : JSON.stringify(data), minHoldMs, remainingMs === Infinity ? null : Math.ceil(remainingMs)],
     remainingMs,
@@ -56,9 +58,9 @@ export function acquireQueued<H>(
     (rows) => {
       const row = rows[0]!;
       if (!row.granted) return busyWith(row);
-      // Granted at the end of the wait: the local deadline counts from then (the statement's own measure of the
-      // time since; what the commit and the answer took after it is within the handle's margin).
-      return { granted: granted(row, performance.now() - Math.max(0, row.since_grant_ms)) };
+      // Granted at the end of the wait: the local deadline counts from the send plus the server's wait before the
+      // grant (never from the answer's arrival, which a slow network delays past the server's expiry).
+      return { granted: granted(row, sentAt + row.waited_ms) };
     },
     (err: unknown) => {
       // Cancelled (the waiter gave up), taken back unsent, or the session died: nothing was taken (one transaction).

@@ -365,7 +365,7 @@ FROM pgfence.lease_acquire($1::int8, $2::text, $3::text, $4::int8, $5::jsonb, $6
 
 -- lease: acquire after waiting in the queue for the key (waiter session); $6 wait ms
 SELECT granted, token::text AS token, owner, acquired_at, expires_at, remaining_ms::int8::float8 AS remaining_ms,
-       (extract(epoch FROM clock_timestamp() - acquired_at) * 1000)::float8 AS since_grant_ms
+       greatest(0, extract(epoch FROM acquired_at - statement_timestamp()) * 1000)::float8 AS waited_ms
 FROM pgfence.lease_acquire_queued($1::int8, $2::text, $3::text, $4::int8, $5::jsonb, $6::int8, $7::int8);
 
 -- lease: renew
