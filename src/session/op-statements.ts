@@ -11,7 +11,8 @@ export interface Prepared {
 
 /**
  * The statements of one flavour (see OpStatements.setup). Op codes are positive integers (0 is the
- * session's own probe); every row answers `r`, the operation's result code.
+ * session's own probe); every row answers `r`, the operation's result code. The session reads rows by
+ * column position (OpQuery), so the columns come in the order given: single (r[, token]), batch (i, r[, token]).
  */
 export interface OpFlavour {
   /** A lone operation, one prepared statement per op code: $1 is the key. */

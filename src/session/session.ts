@@ -6,6 +6,7 @@ import { Watchdog } from './watchdog.js';
 import type { ConnectionSource, PinnedConnection } from './connection-source.js';
 import type { OpStatements } from './op-statements.js';
 import { isSchemaGone, statementFailure, undoFailedBatch } from './reconcile.js';
+import { OpQuery } from './op-query.js';
 import { intArray, statementQuery, type StatementText } from './statement-query.js';
 
 /** Thrown to the callers of operations that were queued on, or in flight over, a session that died. */
@@ -37,9 +38,7 @@ const internalOp = (statement?: PendingOp['statement']): PendingOp => ({ code: P
 const isUse = (op: PendingOp) => !op.upkeep;
 /** An operation of the statement set (not a probe, not a statement of its own). */
 type LockOp = PendingOp & { code: OpCode };
-/** A row of an operation statement: its place in the batch (batches only), result, and token (fenced only). */
-type OpRow = { i?: number; r: number; token?: string | null };
-const tokenOf = (row: OpRow) => (row.token == null ? null : BigInt(row.token));
+const tokenOf = (text: string | null | undefined) => (text == null ? null : BigInt(text));
 
 /** An operation code of the session's statement set (OpStatements): the session does not know what it means. */
 type OpCode = number;
@@ -264,37 +263,50 @@ export class Session {
   private send(batch: PendingOp[]): void {
     const statement = batch[0]!.statement;
     const ops = batch.filter((op): op is LockOp => op.code !== PROBE);
-    const query = statement ? statementQuery(statement, this.guarded) : this.opsQuery(ops);
-    this.conn!.client.query<OpRow>(query).then(
-      (res) => {
-        if (this.inFlight !== batch) return; // the session died meanwhile: the batch was already failed
-        this.answered(batch);
-        if (statement) statement.done(res.rows);
-        // A batch's rows name their operation (i, from 1); a lone operation's one row is its own.
-        else if (ops.length > 0) for (const [n, row] of res.rows.entries()) ops[(row.i ?? n + 1) - 1]!.resolve(row.r, tokenOf(row));
-        for (const op of batch) if (op.code === PROBE && !op.statement) op.resolve(1, null);
-        this.next();
-      },
-      (err: Error) => {
-        // A statement of its own fails alone; the session carries on.
-        if (statement && !isConnectionLost(err) && this.inFlight === batch) {
-          this.answered(batch);
-          batch[0]!.reject(err);
-          this.next();
-        } else void this.failed(batch, ops, err);
-      },
+    if (statement) {
+      this.conn!.client.query(statementQuery(statement, this.guarded)).then(
+        (res) => this.settled(batch, ops, null, () => statement.done(res.rows)),
+        (err: Error) => this.settled(batch, ops, err),
+      );
+      return;
+    }
+    const { query, values, lone } = this.opsQuery(ops);
+    this.conn!.client.query(
+      new OpQuery(query, values, (err, rows) =>
+        this.settled(batch, ops, err, () => {
+          // Columns by position (OpFlavour): a lone operation's row is (r[, token]), a batch's (i, r[, token]).
+          if (lone) for (const row of rows) lone.resolve(Number(row[0]), tokenOf(row[1]));
+          else if (ops.length > 0) for (const row of rows) ops[Number(row[0]) - 1]!.resolve(Number(row[1]), tokenOf(row[2]));
+        }),
+      ),
     );
   }
 
-  /** The statement for lock operations, in this session's flavour. */
-  private opsQuery(ops: LockOp[]): { name?: string; text: string; values?: unknown[] } {
-    if (ops.length === 0) return probeSql;
+  /** The statement in flight was answered (`deliver` hands its rows out) or failed. */
+  private settled(batch: PendingOp[], ops: LockOp[], err: Error | null, deliver?: () => void): void {
+    if (err === null) {
+      if (this.inFlight !== batch) return; // the session died meanwhile: the batch was already failed
+      this.answered(batch);
+      deliver!();
+      for (const op of batch) if (op.code === PROBE && !op.statement) op.resolve(1, null);
+      this.next();
+    } else if (batch[0]!.statement && !isConnectionLost(err) && this.inFlight === batch) {
+      // A statement of its own fails alone; the session carries on.
+      this.answered(batch);
+      batch[0]!.reject(err);
+      this.next();
+    } else void this.failed(batch, ops, err);
+  }
+
+  /** The statement for lock operations, in this session's flavour, with its parameters as text. */
+  private opsQuery(ops: LockOp[]): { query: { name?: string; text: string }; values: string[] | null; lone: LockOp | null } {
+    if (ops.length === 0) return { query: probeSql, values: null, lone: null };
     const sql = this.guarded ? this.opts.statements.guarded : this.opts.statements.plain;
     const lone = ops.length === 1 ? ops[0]! : undefined;
     const single = lone && (lone.fenced ? sql.fencedSingle[lone.code] : sql.single[lone.code]);
-    if (single) return { ...single, values: [lone.key] };
+    if (single) return { query: single, values: [String(lone.key)], lone };
     const batch = ops[0]!.fenced ? sql.fencedBatch : sql.batch;
-    return { ...batch, values: [intArray(ops, (op) => op.code), intArray(ops, (op) => op.key)] };
+    return { query: batch, values: [intArray(ops, (op) => op.code), intArray(ops, (op) => op.key)], lone: null };
   }
 
   /** The server answered the statement in flight. */
