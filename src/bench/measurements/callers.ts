@@ -58,7 +58,7 @@ export async function callers(ctx: BenchContext): Promise<void> {
   else versus('postgres.js', 'postgres.js pipelined on 1 connection', atLeast(5));
   versus('one pg client', 'one pg client, serial', atLeast(3));
   if (typeof redis === 'string') ctx.row({ measurement: `${label}, vs ioredis auto-pipelined`, baseline: redis });
-  else versus('ioredis', 'ioredis auto-pipelined (Redis)');
+  else versus('ioredis', 'ioredis auto-pipelined (Redis)', atLeast(1.2));
   ctx.note(`2. pgfence (cycles/s per round): ${fmt.list(r.rates[0]!)}`);
   ctx.note(`2. ${r.rounds} rounds of >= ${Math.round(r.roundMs)} ms and >= ${ctx.cfg.minCyclesPerWorker * CALLERS} cycles per side, order rotating`);
 }
