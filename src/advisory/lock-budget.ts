@@ -11,19 +11,26 @@ export const SERVER_LOCK_TABLE_SHARE = 0.75;
 const MIN_SAMPLE_GAP_MS = 100;
 
 /**
- * The server's advisory locks now, and how many backends other than $1 (this locker's sessions) hold
- * some: the guard's sample, taken on one of the locker's pinned sessions (no connection of its own).
+ * The server's advisory locks now, how many backends other than $1 (this locker's sessions) hold some,
+ * and how many other client backends there are (any of them may start taking locks): the guard's
+ * sample, taken on one of the locker's pinned sessions (no connection of its own).
  */
 export const serverAdvisoryLocksSql = {
   name: 'pgfence_server_advisory_locks',
-  text: `SELECT count(*)::int AS locks, count(DISTINCT pid) FILTER (WHERE pid <> ALL($1::int4[]))::int AS holders
+  text: `SELECT count(*)::int AS locks, count(DISTINCT pid) FILTER (WHERE pid <> ALL($1::int4[]))::int AS holders,
+       (SELECT count(*)::int FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> ALL($1::int4[])) AS clients
 FROM pg_locks WHERE locktype = 'advisory'`,
 };
 
-/** What the guard last learnt of the server, and what this locker used then. */
-interface ServerSample {
+/** What the guard learns of the server in one sample. */
+interface ServerCounts {
   locks: number;
   holders: number;
+  clients: number;
+}
+
+/** What the guard last learnt of the server, and what this locker used then. */
+interface ServerSample extends ServerCounts {
   ownThen: number;
   at: number;
 }
@@ -39,13 +46,19 @@ interface ServerSample {
  * SERVER_LOCK_TABLE_SHARE of the table. Each locker samples the server's advisory-lock count (and
  * how many other backends hold some) at most every keepaliveMs, and again once it has used a quarter of
  * its allowance; between samples it may add at most an equal split of the headroom left under the
- * share among the holders it saw and itself, so that lockers growing at the same time stay under it.
+ * share among itself and every other client backend that may be growing too (the holders it saw, or
+ * all other client backends if more: one that held nothing at the sample may be taking locks now), so
+ * that lockers growing at the same time stay under it. A request past that allowance waits for a fresh
+ * sample, which admits it by its split among the holders it shows (nobody else holds locks at that
+ * moment); requests admitted but not yet counted as in use count against the same sample.
  */
 export class LockBudget {
   private limit: number | null;
   private tableSize: number | null = null;
   private sample: ServerSample | null = null;
   private sampling: Promise<void> | null = null;
+  /** Locks admitted by the guard whose requests have not yet entered their line (inUse does not count them yet). */
+  private admitting = 0;
 
   constructor(
     explicit: number | undefined,
@@ -53,7 +66,7 @@ export class LockBudget {
     private readonly inUse: () => number,
     private readonly logger: Logger,
     /** Reads the server's advisory locks on a pinned session (null: none open now, nothing to sample). */
-    private readonly sampleServer: (() => Promise<{ locks: number; holders: number }> | null) | null = null,
+    private readonly sampleServer: (() => Promise<ServerCounts> | null) | null = null,
     private readonly sampleEveryMs = 5000,
   ) {
     this.limit = explicit ?? null;
@@ -64,12 +77,11 @@ export class LockBudget {
   }
 
   /** The server's lock table size, max_locks_per_transaction x (max_connections + max_prepared_transactions). */
-  learnLockTable(size: number, advisory: { locks: number; holders: number; clients: number } | null = null): void {
+  learnLockTable(size: number, advisory: ServerCounts | null = null): void {
     if (!Number.isFinite(size) || size <= 0) return;
     this.tableSize = size;
-    // Read on the locker's first session, before it held anything: its first sample. Lockers that start
-    // together see no holders yet, so the first split counts every other client backend as one.
-    if (advisory) this.sample = { locks: advisory.locks, holders: Math.max(advisory.holders, advisory.clients), ownThen: 0, at: performance.now() };
+    // Read on the locker's first session, before it held anything: its first sample.
+    if (advisory) this.sample = { ...advisory, ownThen: 0, at: performance.now() };
     if (this.limit !== null) return;
     this.limit = Math.max(1, Math.floor(size * DEFAULT_LOCK_TABLE_SHARE));
     this.logger.debug({ lockTable: size, maxHeldLocks: this.limit }, 'pgfence: lock budget set from the server lock table');
@@ -81,31 +93,44 @@ export class LockBudget {
    * stale) and rejects with LockTableFullError if the fresh one refuses too; null when admitted.
    */
   check(target: LockTarget, count = 1): Promise<void> | null {
-    const used = this.inUse();
-    if (this.limit !== null && used + count > this.limit) throw new LockBudgetError(target.name, target.key, this.limit, used);
+    const inUse = this.inUse();
+    if (this.limit !== null && inUse + count > this.limit) throw new LockBudgetError(target.name, target.key, this.limit, inUse);
     if (this.tableSize === null || this.sampleServer === null) return null;
+    const used = inUse + this.admitting;
     const sample = this.sample;
-    if (!sample || performance.now() - sample.at >= this.sampleEveryMs || used - sample.ownThen >= this.allowance(sample) / 4) {
+    if (!sample || performance.now() - sample.at >= this.sampleEveryMs || used - sample.ownThen >= this.allowance(sample, growthSharers(sample)) / 4) {
       void this.resample(false);
     }
-    if (!sample || this.admits(sample, used, count)) return null;
+    if (!sample || this.admits(sample, used, count, growthSharers(sample))) return null;
     return this.resample(true).then(() => {
-      const now = this.inUse();
-      if (this.admits(this.sample!, now, count)) return;
+      const now = this.inUse() + this.admitting;
       const fresh = this.sample!;
+      if (this.admits(fresh, now, count, fresh.holders)) {
+        this.admit(count);
+        return;
+      }
       const limit = Math.floor(this.tableSize! * SERVER_LOCK_TABLE_SHARE);
       throw new LockTableFullError({ guard: { serverLocks: fresh.locks + Math.max(0, now - fresh.ownThen), limit, table: this.tableSize! } });
     });
   }
 
-  private admits(sample: ServerSample, used: number, count: number): boolean {
-    return used + count <= sample.ownThen + this.allowance(sample);
+  /**
+   * Counts `count` admitted locks until their request has entered its line: it does so as soon as the
+   * admission settles (a microtask), so they are in inUse by the next turn of the event loop.
+   */
+  private admit(count: number): void {
+    this.admitting += count;
+    setImmediate(() => (this.admitting -= count));
   }
 
-  /** How many locks this locker may add to what it held at `sample`: its split of the headroom under the share. */
-  private allowance(sample: ServerSample): number {
+  private admits(sample: ServerSample, used: number, count: number, sharers: number): boolean {
+    return used + count <= sample.ownThen + this.allowance(sample, sharers);
+  }
+
+  /** How many locks this locker may add to what it held at `sample`: its split of the headroom under the share among itself and `sharers`. */
+  private allowance(sample: ServerSample, sharers: number): number {
     const headroom = Math.floor(this.tableSize! * SERVER_LOCK_TABLE_SHARE) - sample.locks;
-    return Math.max(0, Math.floor(headroom / (sample.holders + 1)));
+    return Math.max(0, Math.floor(headroom / (sharers + 1)));
   }
 
   /** Samples the server again (`now`: whatever the last sample's age); resolves once the sample in flight landed. */
@@ -117,9 +142,9 @@ export class LockBudget {
     if (!pending) return Promise.resolve();
     this.sampling = pending
       .then(
-        ({ locks, holders }) => {
+        (counts) => {
           // Locks granted while the sample was in flight may or may not be in it: count them as not (stricter).
-          this.sample = { locks, holders, ownThen: Math.min(ownThen, this.inUse()), at: performance.now() };
+          this.sample = { ...counts, ownThen: Math.min(ownThen, this.inUse()), at: performance.now() };
         },
         (err: unknown) => this.logger.debug({ err }, 'pgfence: could not sample the server lock table; the last sample stands'),
       )
@@ -129,14 +154,17 @@ export class LockBudget {
 }
 
 /** The guard's sampler: the server's advisory locks, read on one of the locker's live pinned sessions. */
-export function serverLockSampler(sessions: () => SessionPool): () => Promise<{ locks: number; holders: number }> | null {
+export function serverLockSampler(sessions: () => SessionPool): () => Promise<ServerCounts> | null {
   return () => {
     const live = sessions().sessions();
     if (live.length === 0) return null;
     const own = live.flatMap((s) => (s.processId === null ? [] : [s.processId]));
-    return live[0]!.statement<{ locks: number; holders: number }>(serverAdvisoryLocksSql, [own]).then((rows) => rows[0]!);
+    return live[0]!.statement<ServerCounts>(serverAdvisoryLocksSql, [own]).then((rows) => rows[0]!);
   };
 }
+
+/** Who may be growing between samples besides this locker: the holders seen, or every other client backend if more. */
+const growthSharers = (sample: ServerCounts) => Math.max(sample.holders, sample.clients);
 
 /** Enters a request into its line once the guard's admission (if any) has passed. */
 export function afterAdmission<T>(request: { admission?: Promise<void> }, enter: () => Promise<T>): Promise<T> {
