@@ -33,11 +33,13 @@ export function tryXactLockSql(opts: { key: bigint; shared: boolean; fenced: boo
   const key = bigintLiteral(opts.key);
   const inXact = 'transaction_timestamp() <> statement_timestamp()';
   const nested = opts.nestedIn === null ? 'false' : `extract(epoch FROM transaction_timestamp()) = ${epochLiteral(opts.nestedIn)}`;
-  const guard = opts.guarded ? 'false' : `to_regprocedure('${GUARD}') IS NOT NULL`;
+  // Unguarded, the catalog lookup runs once, in a subquery (written twice it would run twice).
+  const guard = opts.guarded ? 'false' : 'g.guard';
+  const lookup = opts.guarded ? '' : `\nFROM (SELECT to_regprocedure('${GUARD}') IS NOT NULL AS guard OFFSET 0) AS g`;
   const lock = opts.guarded ? `pgfence.admit_xact_lock(${key}, ${opts.shared}, false) = 1` : `${fn}(${key})`;
   // Both timestamps are fixed for the statement: the conditions read the same wherever they are repeated.
   const tries = `SELECT ${inXact} AS in_xact, ${nested} AS nested, ${guard} AS guard,
-  CASE WHEN ${inXact} AND NOT ${nested}${opts.guarded ? '' : ` AND NOT ${guard}`} THEN ${lock} END AS granted${opts.identify ? ', extract(epoch FROM transaction_timestamp())::text AS xact' : ''}`;
+  CASE WHEN ${inXact} AND NOT ${nested}${opts.guarded ? '' : ` AND NOT ${guard}`} THEN ${lock} END AS granted${opts.identify ? ', extract(epoch FROM transaction_timestamp())::text AS xact' : ''}${lookup}`;
   if (!opts.fenced) return tries;
   // The token is issued only for a grant, in the caller's transaction: it commits with it.
   return `SELECT g.*, CASE WHEN g.granted THEN ${nextTokenExpr(key)} END::text AS token FROM (${tries} OFFSET 0) AS g`;

@@ -375,20 +375,24 @@ SELECT expires_at, taken_over FROM pgfence.lease_renew($1::int8, $2::int8, $3::i
 SELECT pgfence.lease_release($1::int8, $2::int8, $3::int8) AS released;
 
 -- xact lock: try exclusive, key 42, looking for the guard
-SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, false AS nested, to_regprocedure('pgfence.admit_xact_lock(bigint,boolean,boolean)') IS NOT NULL AS guard,
-  CASE WHEN transaction_timestamp() <> statement_timestamp() AND NOT false AND NOT to_regprocedure('pgfence.admit_xact_lock(bigint,boolean,boolean)') IS NOT NULL THEN pg_try_advisory_xact_lock(42::int8) END AS granted;
+SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, false AS nested, g.guard AS guard,
+  CASE WHEN transaction_timestamp() <> statement_timestamp() AND NOT false AND NOT g.guard THEN pg_try_advisory_xact_lock(42::int8) END AS granted
+FROM (SELECT to_regprocedure('pgfence.admit_xact_lock(bigint,boolean,boolean)') IS NOT NULL AS guard OFFSET 0) AS g;
 
 -- xact lock: try exclusive, fenced, key 42, looking for the guard
-SELECT g.*, CASE WHEN g.granted THEN pgfence.next_token(42::int8) END::text AS token FROM (SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, false AS nested, to_regprocedure('pgfence.admit_xact_lock(bigint,boolean,boolean)') IS NOT NULL AS guard,
-  CASE WHEN transaction_timestamp() <> statement_timestamp() AND NOT false AND NOT to_regprocedure('pgfence.admit_xact_lock(bigint,boolean,boolean)') IS NOT NULL THEN pg_try_advisory_xact_lock(42::int8) END AS granted OFFSET 0) AS g;
+SELECT g.*, CASE WHEN g.granted THEN pgfence.next_token(42::int8) END::text AS token FROM (SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, false AS nested, g.guard AS guard,
+  CASE WHEN transaction_timestamp() <> statement_timestamp() AND NOT false AND NOT g.guard THEN pg_try_advisory_xact_lock(42::int8) END AS granted
+FROM (SELECT to_regprocedure('pgfence.admit_xact_lock(bigint,boolean,boolean)') IS NOT NULL AS guard OFFSET 0) AS g OFFSET 0) AS g;
 
 -- xact lock: try shared, key 42, looking for the guard
-SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, false AS nested, to_regprocedure('pgfence.admit_xact_lock(bigint,boolean,boolean)') IS NOT NULL AS guard,
-  CASE WHEN transaction_timestamp() <> statement_timestamp() AND NOT false AND NOT to_regprocedure('pgfence.admit_xact_lock(bigint,boolean,boolean)') IS NOT NULL THEN pg_try_advisory_xact_lock_shared(42::int8) END AS granted;
+SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, false AS nested, g.guard AS guard,
+  CASE WHEN transaction_timestamp() <> statement_timestamp() AND NOT false AND NOT g.guard THEN pg_try_advisory_xact_lock_shared(42::int8) END AS granted
+FROM (SELECT to_regprocedure('pgfence.admit_xact_lock(bigint,boolean,boolean)') IS NOT NULL AS guard OFFSET 0) AS g;
 
 -- xact lock: try shared, fenced, key 42, looking for the guard
-SELECT g.*, CASE WHEN g.granted THEN pgfence.next_token(42::int8) END::text AS token FROM (SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, false AS nested, to_regprocedure('pgfence.admit_xact_lock(bigint,boolean,boolean)') IS NOT NULL AS guard,
-  CASE WHEN transaction_timestamp() <> statement_timestamp() AND NOT false AND NOT to_regprocedure('pgfence.admit_xact_lock(bigint,boolean,boolean)') IS NOT NULL THEN pg_try_advisory_xact_lock_shared(42::int8) END AS granted OFFSET 0) AS g;
+SELECT g.*, CASE WHEN g.granted THEN pgfence.next_token(42::int8) END::text AS token FROM (SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, false AS nested, g.guard AS guard,
+  CASE WHEN transaction_timestamp() <> statement_timestamp() AND NOT false AND NOT g.guard THEN pg_try_advisory_xact_lock_shared(42::int8) END AS granted
+FROM (SELECT to_regprocedure('pgfence.admit_xact_lock(bigint,boolean,boolean)') IS NOT NULL AS guard OFFSET 0) AS g OFFSET 0) AS g;
 
 -- xact lock: try exclusive, key 42, guarded against leases
 SELECT transaction_timestamp() <> statement_timestamp() AS in_xact, false AS nested, false AS guard,
