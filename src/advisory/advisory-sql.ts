@@ -155,7 +155,7 @@ function lockStatements(guarded: boolean): OpFlavour {
  * a key seen busy lately go straight into the queue without a try of its own.
  * Answers r: 1 = granted; 8 (guarded only) = granted, but a live lease holds the name, so it was given
  * back at once (and no token issued). The lease is read only once the lock is granted: each inner
- * subquery (OFFSET 0) runs first.
+ * subquery (OFFSET 0) runs first. Its rows are read by column position (BLOCKING_COLUMNS).
  */
 const BLOCKING = `SELECT s.lock_timeout, s.r, s.waited, {token} AS token
 FROM (SELECT l.lock_timeout, l.waited, {admit} AS r
@@ -164,7 +164,20 @@ FROM (SELECT l.lock_timeout, l.waited, {admit} AS r
             OFFSET 0) AS l
       OFFSET 0) AS s`;
 
+/** Where the blocking statement's answers are in its row. */
+export const BLOCKING_COLUMNS = { r: 1, waited: 2, token: 3 } as const;
+
+/** Made once per variant (a wait asks for it every time). */
+const blockingVariants = new Map<number, Prepared>();
+
 export function blockingLockSql(shared: boolean, fenced: boolean, guarded: boolean): Prepared {
+  const variant = (shared ? 1 : 0) | (fenced ? 2 : 0) | (guarded ? 4 : 0);
+  let sql = blockingVariants.get(variant);
+  if (!sql) blockingVariants.set(variant, (sql = makeBlockingLockSql(shared, fenced, guarded)));
+  return sql;
+}
+
+function makeBlockingLockSql(shared: boolean, fenced: boolean, guarded: boolean): Prepared {
   return {
     name: `pgfence_block_${shared ? 'sh' : 'ex'}${fenced ? '_fenced' : ''}${guarded ? '_g' : ''}`,
     text: fill(BLOCKING, {

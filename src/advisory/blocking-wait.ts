@@ -1,5 +1,5 @@
 import { isLockNotAvailable, isQueryCanceled, LockUnavailableError, PgfenceError, schemaMissingError, sqlState } from '../core/index.js';
-import { blockingLockSql, heldBySessionSql, Op } from './advisory-sql.js';
+import { BLOCKING_COLUMNS, blockingLockSql, heldBySessionSql, Op } from './advisory-sql.js';
 import { type Session, SessionLostError, type SessionPool, type StatementText, WITHDRAWN } from '../session/index.js';
 import type { Attempt, WaiterQueue } from '../wait/index.js';
 import type { AcquireRequest, AdvisoryLockHandle } from './advisory-lock.js';
@@ -36,21 +36,22 @@ export class BlockingWait implements WaiterQueue {
   /** Waits for `request`'s key for at most remainingMs, or null when the waiter session is not free. */
   block(lock: BlockedKey, request: AcquireRequest, remainingMs: number, cancel: AbortSignal): Promise<Attempt<AdvisoryLockHandle>> | null {
     const { mode, fencing } = request;
-    const started = this.run<{ r: number; waited: boolean; token: string | null }>(
+    const started = this.start(
       (guarded) => blockingLockSql(mode === 'shared', fencing, guarded), // prepared: one per flavour
       [lock.key, lockTimeoutSetting(remainingMs)],
       remainingMs,
       cancel,
+      (session, statement, params, opts) => session.rawStatement(statement, params, opts),
     );
     if (!started) return null;
     const { session, rows: answered } = started;
     return answered.then(
-      (rows) => {
+      ([row]) => {
         // Its try found the key busy: contention (for a wait that skipped a try of its own, reported now).
-        const contended = rows[0]?.waited === true;
+        const contended = row?.[BLOCKING_COLUMNS.waited] === 't';
         // Granted, but a lease of the name was taken meanwhile: the statement gave the key back.
-        if (decodeBlockResult(rows[0]?.r).leaseHeld) return { busy: true as const, leaseHeld: true, contended };
-        const token = rows[0]?.token;
+        if (decodeBlockResult(Number(row?.[BLOCKING_COLUMNS.r])).leaseHeld) return { busy: true as const, leaseHeld: true, contended };
+        const token = row?.[BLOCKING_COLUMNS.token];
         return { granted: lock.taken(request, session, token ? BigInt(token) : null), contended };
       },
       (err: unknown) => this.failed(lock, request, session, err, cancel.aborted),
@@ -63,6 +64,17 @@ export class BlockingWait implements WaiterQueue {
    * when the waiter session is not free now.
    */
   run<R>(statement: StatementText, params: unknown[], remainingMs: number, cancel: AbortSignal): { session: Session; rows: Promise<R[]> } | null {
+    return this.start(statement, params, remainingMs, cancel, (session, text, values, opts) => session.statement<R>(text, values, opts));
+  }
+
+  /** run(), its statement sent by `send` (as rows by name, or raw). */
+  private start<R>(
+    statement: StatementText,
+    params: unknown[],
+    remainingMs: number,
+    cancel: AbortSignal,
+    send: (session: Session, statement: StatementText, params: unknown[], opts: { deadlineMs: number; withdraw: AbortSignal }) => Promise<R[]>,
+  ): { session: Session; rows: Promise<R[]> } | null {
     // A lock of this locker lives on the waiter session: a wait there would hold up its release.
     if (this.active || this.closed() || this.sessions.waiterHolds()) return null;
     let session: Session;
@@ -83,7 +95,7 @@ export class BlockingWait implements WaiterQueue {
       this.active = false;
       cancel.removeEventListener('abort', onCancel);
     };
-    const rows = session.statement<R>(statement, params, { deadlineMs: remainingMs + this.deadlineMs, withdraw: withdraw.signal });
+    const rows = send(session, statement, params, { deadlineMs: remainingMs + this.deadlineMs, withdraw: withdraw.signal });
     rows.then(ended, ended);
     return { session, rows };
   }

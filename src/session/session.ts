@@ -6,7 +6,7 @@ import { Watchdog } from './watchdog.js';
 import type { ConnectionSource, PinnedConnection } from './connection-source.js';
 import type { OpStatements } from './op-statements.js';
 import { isSchemaGone, statementFailure, undoFailedBatch } from './reconcile.js';
-import { OpQuery } from './op-query.js';
+import { OpQuery, type RawRow } from './op-query.js';
 import { intArray, statementQuery, type StatementText } from './statement-query.js';
 
 /** Thrown to the callers of operations that were queued on, or in flight over, a session that died. */
@@ -26,7 +26,7 @@ interface PendingOp {
    * A statement of its own (semaphores, blocking waits), sent alone in order with the batches. Its text
    * may depend on whether the session is guarded (see `guarded`), known only once it has connected.
    */
-  statement?: { text: StatementText; values: unknown[]; done(rows: unknown[]): void; deadlineMs?: number };
+  statement?: { text: StatementText; values: unknown[]; done(rows: unknown[]): void; deadlineMs?: number; raw?: boolean };
   /** The session's own upkeep (a probe, a look for the schema): not a use (see usedAt). */
   upkeep?: boolean;
 }
@@ -130,6 +130,18 @@ export class Session {
    * not block, and a failure must leave no lock taken (the batch reconciliation does not cover it).
    */
   statement<R>(text: StatementText, values: unknown[], opts: { deadlineMs?: number; withdraw?: AbortSignal } = {}): Promise<R[]> {
+    return this.statementOf<R>(text, values, opts, false);
+  }
+
+  /**
+   * As statement(), its rows as the server sent them (RawRow: text by column position, as OpQuery hands
+   * them over): for a hot statement whose reader knows its columns. Its values must be scalars (sent as text).
+   */
+  rawStatement(text: StatementText, values: unknown[], opts: { deadlineMs?: number; withdraw?: AbortSignal } = {}): Promise<RawRow[]> {
+    return this.statementOf<RawRow>(text, values, opts, true);
+  }
+
+  private statementOf<R>(text: StatementText, values: unknown[], opts: { deadlineMs?: number; withdraw?: AbortSignal }, raw: boolean): Promise<R[]> {
     return new Promise((resolve, reject) => {
       const { withdraw } = opts;
       // `withdraw` takes the statement back while it has not been sent (a cancel cannot reach it yet).
@@ -140,7 +152,7 @@ export class Session {
         reject(Object.assign(new Error('the statement was withdrawn before it was sent'), { code: WITHDRAWN }));
       };
       const unlisten = () => withdraw?.removeEventListener('abort', onWithdraw);
-      const op = internalOp({ text, values, done: (rows) => (unlisten(), resolve(rows as R[])), deadlineMs: opts.deadlineMs });
+      const op = internalOp({ text, values, done: (rows) => (unlisten(), resolve(rows as R[])), deadlineMs: opts.deadlineMs, raw });
       op.reject = (err) => (unlisten(), reject(err));
       if (this.enqueue(op)) withdraw?.addEventListener('abort', onWithdraw, { once: true });
     });
@@ -263,6 +275,12 @@ export class Session {
   private send(batch: PendingOp[]): void {
     const statement = batch[0]!.statement;
     const ops = batch.filter((op): op is LockOp => op.code !== PROBE);
+    if (statement?.raw) {
+      const { values, ...query } = statementQuery(statement, this.guarded);
+      const asText = values.map((v) => (v == null ? null : String(v)));
+      this.conn!.client.query(new OpQuery(query, asText, (err, rows) => this.settled(batch, ops, err, () => statement.done(rows))));
+      return;
+    }
     if (statement) {
       this.conn!.client.query(statementQuery(statement, this.guarded)).then(
         (res) => this.settled(batch, ops, null, () => statement.done(res.rows)),
