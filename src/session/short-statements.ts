@@ -35,8 +35,7 @@ export class ShortStatements implements Pick<SqlExecutor, 'query'> {
     const text = typeof statement === 'string' ? statement : () => (this.source.pinning === 'direct' ? statement : statement.text);
     return home.statement<R>(text, values).catch((err: unknown) => {
       // The first connection found a transaction pooler: this statement (and every later one) goes through the pool.
-      // Behind a pooler (refused, or a directConnectionString for the pinned sessions): the pooler serves them, pinning nothing.
-    if (this.source.refusal || this.source.pinVia === 'directConnectionString') return this.viaPool<R>(statement, values);
+      if (this.source.refusal || this.source.pinVia === 'directConnectionString') return this.viaPool<R>(statement, values);
       throw err;
     });
   }
