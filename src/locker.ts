@@ -256,7 +256,7 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
     );
     // Lease statements, names and inspect go on the home session (no connection of their own).
     this.statements = new ShortStatements(this.source, this.sessions);
-    this.names = new NameRegistry((text, values) => this.statements.query(text, values), logger);
+    this.names = new NameRegistry((statement, values) => this.statements.run(statement, values), logger);
     this.ctx = new PgLockerContext(this, opts, this.source, budget, this.names, () => this.closing !== null);
     this.observer = new Observer(this, logger, opts.meter, () => this.stats().held);
     this.listener = new ReleaseListener(this.sessions, logger, (key) => this.parts.onRelease(key));

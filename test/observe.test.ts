@@ -223,6 +223,27 @@ describe('name registry', () => {
   }
   const isNameWrite = (s: { text: string }) => /pgfence\.note_lock_names/.test(s.text);
 
+  it('stores every name exactly as given, whatever its characters, with its namespace or none', async () => {
+    const names = ['reg:"quoted"', 'reg:back\\slash\\', 'reg:{braces},comma', 'reg: spaced ', 'NULL', 'reg:ünïcödé 🔒', "reg:'single'", 'reg:\\"both'];
+    const plain = track(createLocker({ connectionString: db.url }));
+    const spaced = track(createLocker({ connectionString: db.url, namespace: 'ns "x",\\y' }));
+    await Promise.all([plain, spaced].flatMap((locker) => names.map(async (name) => (await locker.acquire(name)).release())));
+    await Promise.all([plain.close(), spaced.close()]); // close() writes what is pending
+    const admin = new pg.Client({ connectionString: db.url });
+    await admin.connect();
+    try {
+      const stored = async (namespace: string | null) =>
+        (await admin.query<{ name: string; namespace: string | null }>('SELECT name, namespace FROM pgfence.lock_names WHERE key = ANY($1::int8[]) ORDER BY name COLLATE "C"', [
+          names.map((n) => String(namespace === null ? lockKey(n) : lockKey(n, { namespace }))),
+        ])).rows;
+      const expected = (namespace: string | null) => [...names].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0)).map((name) => ({ name, namespace }));
+      expect(await stored(null)).toEqual(expected(null));
+      expect(await stored('ns "x",\\y')).toEqual(expected('ns "x",\\y'));
+    } finally {
+      await admin.end();
+    }
+  });
+
   it('another connection sees a name soon after the grant; the acquire neither waits for nor sends the write; a write held up holds up nothing; one write per name, batched', async () => {
     const { pool, sent } = loggingPool(db.url);
     const admin = new pg.Client({ connectionString: db.url });
@@ -262,7 +283,9 @@ describe('name registry', () => {
       // Written once the table is free, without any flush() or inspect() by the locker (a write held up is tried again).
       await eventually(() => named('reg:fresh'), 10_000, 'the new name in the registry');
       const writes = () => sent.filter(isNameWrite);
-      const writesOf = (name: string) => writes().filter((w) => (w.values![0] as bigint[]).includes(lockKey(name))).length;
+      // A write's keys: its first parameter, array text ({k1,k2,...}).
+      const keysOf = (w: { values?: unknown[] }) => String(w.values![0]).slice(1, -1).split(',').map(BigInt);
+      const writesOf = (name: string) => writes().filter((w) => keysOf(w).includes(lockKey(name))).length;
       const freshWrites = writesOf('reg:fresh');
 
       // Once per name per process, and names noted together go out in one write.
@@ -273,8 +296,8 @@ describe('name registry', () => {
       await locker.close();
       expect(writesOf('reg:warm')).toBe(1);
       expect(writesOf('reg:fresh')).toBe(freshWrites); // known once written
-      const batchWrites = writes().filter((w) => (w.values![0] as bigint[]).includes(lockKey('reg:b')));
-      expect(batchWrites.map((w) => w.values![0])).toEqual([['reg:b', 'reg:c', 'reg:d'].map((n) => lockKey(n))]);
+      const batchWrites = writes().filter((w) => keysOf(w).includes(lockKey('reg:b')));
+      expect(batchWrites.map(keysOf)).toEqual([['reg:b', 'reg:c', 'reg:d'].map((n) => lockKey(n))]);
     } finally {
       await blocker.query('ROLLBACK').catch(() => {});
       await locker.close(); // before pool.end(): the locker's sessions are pinned from the pool

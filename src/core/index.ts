@@ -1,4 +1,5 @@
 // The core area as the rest of pgfence sees it: other areas import from here, not from its files.
+export * from './array-text.js';
 export * from './handle.js';
 export * from './json.js';
 export * from './signals.js';

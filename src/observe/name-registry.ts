@@ -1,4 +1,4 @@
-import { isSchemaMissing } from '../core/index.js';
+import { intArray, isSchemaMissing, textArray } from '../core/index.js';
 import type { Logger } from './logger.js';
 
 /** Remembers at most this many keys per process; beyond it, names are written again (harmlessly). */
@@ -14,7 +14,7 @@ const COALESCE_MS = 5;
  * One statement per batch (sql/names.sql): it waits at most 50 ms for a lock held by another transaction,
  * so a blocked write never holds up the lock operations queued behind it on the home session.
  */
-export const INSERT_NAMES = 'SELECT pgfence.note_lock_names($1::int8[], $2::text[], $3::text[])';
+export const INSERT_NAMES = { name: 'pgfence_note_names', text: 'SELECT pgfence.note_lock_names($1::int8[], $2::text[], $3::text[])' };
 /** A failed write is tried again after this long, doubling up to RETRY_MAX_MS while it keeps failing. */
 const RETRY_FIRST_MS = 100;
 const RETRY_MAX_MS = 5_000;
@@ -35,7 +35,8 @@ export class NameRegistry {
   private retryMs = 0;
 
   constructor(
-    private readonly query: (text: string, values: unknown[]) => Promise<unknown>,
+    /** Runs a statement (prepared where its connection allows) with the arrays written as text. */
+    private readonly query: (statement: { name: string; text: string }, values: string[]) => Promise<unknown>,
     private readonly logger: Logger,
   ) {}
 
@@ -80,9 +81,10 @@ export class NameRegistry {
   }
 
   private write(batch: Map<bigint, { name: string; namespace: string | null }>): Promise<void> {
-    const keys = [...batch.keys()];
     const entries = [...batch.values()];
-    return this.query(INSERT_NAMES, [keys, entries.map((e) => e.name), entries.map((e) => e.namespace)]).then(
+    // Array text written here: node-postgres escapes each element of a JS array with two regular expressions.
+    const arrays = [intArray([...batch.keys()], (key) => key), textArray(entries, (e) => e.name), textArray(entries, (e) => e.namespace)];
+    return this.query(INSERT_NAMES, arrays).then(
       () => {
         this.retryMs = 0;
       },

@@ -7,7 +7,8 @@ import type { ConnectionSource, PinnedConnection } from './connection-source.js'
 import type { OpStatements } from './op-statements.js';
 import { isSchemaGone, statementFailure, undoFailedBatch } from './reconcile.js';
 import { OpQuery, type RawRow } from './op-query.js';
-import { intArray, statementQuery, type StatementText } from './statement-query.js';
+import { internalOp, isUse, type LockOp, type OpCode, opsStatement, type PendingOp, PROBE, tokenOf } from './pending-op.js';
+import { statementQuery, type StatementText } from './statement-query.js';
 
 /** Thrown to the callers of operations that were queued on, or in flight over, a session that died. */
 export class SessionLostError extends LockUnavailableError {
@@ -15,36 +16,6 @@ export class SessionLostError extends LockUnavailableError {
   connected = true;
 }
 
-interface PendingOp {
-  code: OpCode | typeof PROBE;
-  key: bigint;
-  /** Issue a fencing token with the grant, in the same statement. */
-  fenced: boolean;
-  resolve(result: number, token: bigint | null): void;
-  reject(err: Error): void;
-  /**
-   * A statement of its own (semaphores, blocking waits), sent alone in order with the batches. Its text
-   * may depend on whether the session is guarded (see `guarded`), known only once it has connected.
-   */
-  statement?: { text: StatementText; values: unknown[]; done(rows: unknown[]): void; deadlineMs?: number; raw?: boolean };
-  /** The session's own upkeep (a probe, a look for the schema): not a use (see usedAt). */
-  upkeep?: boolean;
-}
-/** The code of a probe, and of a statement of its own: not an operation of the statement set. */
-const PROBE = 0;
-const noop = () => {};
-/** A probe (no statement), or a statement of its own whose caller needs no callbacks. */
-const internalOp = (statement?: PendingOp['statement']): PendingOp => ({ code: PROBE, key: 0n, fenced: false, resolve: noop, reject: noop, statement, upkeep: !statement });
-const isUse = (op: PendingOp) => !op.upkeep;
-/** An operation of the statement set (not a probe, not a statement of its own). */
-type LockOp = PendingOp & { code: OpCode };
-const tokenOf = (text: string | null | undefined) => (text == null ? null : BigInt(text));
-
-/** An operation code of the session's statement set (OpStatements): the session does not know what it means. */
-type OpCode = number;
-
-/** Sent as a simple query (no Parse, ever): a probe may fall among any statements, and costs them nothing to count. */
-export const probeSql = { text: 'SELECT 1' };
 export type { StatementText } from './statement-query.js';
 
 /** The code of a statement taken back before it was sent (Session.statement's `withdraw`). */
@@ -288,7 +259,7 @@ export class Session {
       );
       return;
     }
-    const { query, values, lone } = this.opsQuery(ops);
+    const { query, values, lone } = opsStatement(this.guarded ? this.opts.statements.guarded : this.opts.statements.plain, ops);
     this.conn!.client.query(
       new OpQuery(query, values, (err, rows) =>
         this.settled(batch, ops, err, () => {
@@ -314,17 +285,6 @@ export class Session {
       batch[0]!.reject(err);
       this.next();
     } else void this.failed(batch, ops, err);
-  }
-
-  /** The statement for lock operations, in this session's flavour, with its parameters as text. */
-  private opsQuery(ops: LockOp[]): { query: { name?: string; text: string }; values: string[] | null; lone: LockOp | null } {
-    if (ops.length === 0) return { query: probeSql, values: null, lone: null };
-    const sql = this.guarded ? this.opts.statements.guarded : this.opts.statements.plain;
-    const lone = ops.length === 1 ? ops[0]! : undefined;
-    const single = lone && (lone.fenced ? sql.fencedSingle[lone.code] : sql.single[lone.code]);
-    if (single) return { query: single, values: [String(lone.key)], lone };
-    const batch = ops[0]!.fenced ? sql.fencedBatch : sql.batch;
-    return { query: batch, values: [intArray(ops, (op) => op.code), intArray(ops, (op) => op.key)], lone: null };
   }
 
   /** The server answered the statement in flight. */

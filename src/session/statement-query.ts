@@ -10,11 +10,3 @@ export function statementQuery(
   const text = typeof statement.text === 'function' ? statement.text(guarded) : statement.text;
   return typeof text === 'string' ? { text, values: statement.values } : { ...text, values: statement.values };
 }
-
-/**
- * An array parameter of integers as PostgreSQL's array text, written here: node-postgres quotes and
- * escapes each element with two regular expressions, which costs more than the statement for thousands.
- */
-export function intArray<T>(items: readonly T[], value: (item: T) => number | bigint): string {
-  return `{${items.map(value).join(',')}}`;
-}

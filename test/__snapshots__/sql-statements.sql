@@ -330,6 +330,7 @@ SELECT 1;
 SELECT pgfence.admit_session_lock(-6087607593372428434, false, true) AS r;
 
 -- name registry: names of keys; $1 keys, $2 names, $3 namespaces
+-- prepared as pgfence_note_names
 SELECT pgfence.note_lock_names($1::int8[], $2::text[], $3::text[]);
 
 -- session locks held, to reconcile a failed batch

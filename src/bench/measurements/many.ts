@@ -11,7 +11,7 @@
 
 import { performance } from 'node:perf_hooks';
 import type { LockHandle } from '../../core/index.js';
-import { SERVER_LOCK_TABLE_SHARE } from '../../advisory/lock-budget.js';
+import { SERVER_LOCK_TABLE_SHARE } from '../../advisory/index.js';
 import { lockKey } from '../../keys.js';
 import type { BenchContext } from '../context.js';
 import { atMost, timeRow } from '../report.js';
