@@ -84,18 +84,15 @@ export class BlockingWait implements WaiterQueue {
       return null;
     }
     this.active = true;
-    // Takes the statement back while it has not been sent (a server-side cancel cannot reach it yet).
-    const withdraw = new AbortController();
-    const onCancel = () => {
-      withdraw.abort();
-      void this.sessions.cancel(session);
-    };
+    // `cancel` also withdraws the statement while it has not been sent (a server-side cancel cannot reach it
+    // yet): the session's listener, added first, runs before the one that sends the server-side cancel.
+    const rows = send(session, statement, params, { deadlineMs: remainingMs + this.deadlineMs, withdraw: cancel });
+    const onCancel = () => void this.sessions.cancel(session);
     cancel.addEventListener('abort', onCancel, { once: true });
     const ended = () => {
       this.active = false;
       cancel.removeEventListener('abort', onCancel);
     };
-    const rows = send(session, statement, params, { deadlineMs: remainingMs + this.deadlineMs, withdraw: withdraw.signal });
     rows.then(ended, ended);
     return { session, rows };
   }
