@@ -188,6 +188,7 @@ export async function exploreRound(o: RoundOptions): Promise<RoundResult> {
     await Promise.race([Promise.all(closing), sleep(boundMs + x.closeWatchMs)]);
     phase(`closes done (${pendingBefore} checks were pending, ${x.pending.size} now)`);
     await Promise.race([Promise.all([...x.pending]), sleep(boundMs + x.closeWatchMs)]);
+    if (x.checkFailure) throw x.checkFailure;
     phase('closed and inspected');
     // Calls still in flight (of incarnations closed meanwhile) answer, or are overdue, before the history is taken.
     const guardMs = statementGuardMs(keepaliveMs);
