@@ -5,6 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { check, type ViolationType } from './explore/checker.js';
 import { emptyHistory, type ExploreConfig, type History, type HoldRecord, type OpRecord } from './explore/history.js';
 import { parseHistory } from './explore/history-json.js';
+import { ANSWER_WAIT_GRACE_MS, answerDeadline } from './explore/run.js';
 
 const config: ExploreConfig = {
   seed: 0,
@@ -39,8 +40,9 @@ function released(fields: Partial<HoldRecord> & { grantedAt: number; releasedAt:
   return hold({ ...rest, end: 'released', endedAt: releasedAt, releaseInvokedAt: releasedAt, released: answer });
 }
 
+/** A call (an acquire made at invokedAt, unless told otherwise). */
 function op(fields: Partial<OpRecord>): OpRecord {
-  return { id: `op${++ids}`, actor: 'a', kind: 'fenced', op: 'acquire', invokedAt: 0, boundMs: 1000, settledAt: 10, outcome: 'ok', ...fields };
+  return { id: `op${++ids}`, actor: 'a', kind: 'fenced', op: 'acquire', invokedAt: 0, calledAt: fields.invokedAt ?? 0, boundMs: 1000, settledAt: 10, outcome: 'ok', ...fields };
 }
 
 function history(parts: Partial<History>, overrides: Partial<ExploreConfig> = {}): History {
@@ -187,6 +189,26 @@ describe('the exploration checker, on hand-made histories', () => {
     expect(types(history({ ops: [op({ invokedAt: 0, settledAt: undefined, outcome: 'killed' })] }))).toEqual([]);
     const stopped = { processOf: { a: 'child:1' }, stopped: { 'child:1': [{ from: 100, to: 700 }] } };
     expect(types(history({ ops: [op({ invokedAt: 0, settledAt: 1500, boundMs: 1000 })], ...stopped }))).toEqual([]);
+  });
+
+  it('tells a call stuck in the test\'s own preparation (before the pgfence call) from one pgfence never answered', () => {
+    const pending = { settledAt: undefined, outcome: undefined };
+    // Seed 1877999301: a Kysely try waited for a pool connection when its locker closed (pool.end() leaves that wait to its timeout).
+    const preparing = op({ ...pending, op: 'try', kind: 'xact-kysely', invokedAt: 100, calledAt: undefined });
+    expect(types(history({ ops: [preparing], takenAt: 3500 }))).toEqual(['harness-hang']);
+    expect(check(history({ ops: [preparing], takenAt: 3500 }))[0]!.message).toMatch(/never reached pgfence.*3400\.0 ms/);
+    // Once the call was made, a missing answer is pgfence's.
+    expect(types(history({ ops: [op({ ...pending, op: 'try', invokedAt: 100, calledAt: 100 })], takenAt: 3500 }))).toEqual(['unsettled']);
+    // Ops without a preparation of the kind's own (release, close, ...) are called at once.
+    expect(types(history({ ops: [op({ ...pending, op: 'release', invokedAt: 100, calledAt: undefined })], takenAt: 3500 }))).toEqual(['unsettled']);
+  });
+
+  it('waits for a call in flight, before the history is taken, as long as its bound allows (the preparation too, before the pgfence call)', () => {
+    const grace = ANSWER_WAIT_GRACE_MS;
+    expect(answerDeadline(op({ op: 'try', invokedAt: 100, boundMs: 1000 }), [], 500)).toBe(1100 + grace);
+    expect(answerDeadline(op({ op: 'try', invokedAt: 100, calledAt: undefined, boundMs: 1000 }), [], 500)).toBe(2100 + grace);
+    expect(answerDeadline(op({ op: 'close', invokedAt: 100, calledAt: undefined, boundMs: 1000 }), [], 500)).toBe(1100 + grace);
+    expect(answerDeadline(op({ invokedAt: 100, boundMs: 1000 }), [{ from: 0, to: 300 }, { from: 400, to: 500 }], 500)).toBe(1400 + grace);
   });
 
   it('names an error that is not a PgfenceError (the test\'s own driver errors and the caller\'s abort reason aside)', () => {

@@ -138,7 +138,11 @@ export class ActorHost {
       cmd.op,
       fields,
       async (record) => {
-        const started = () => void (record.invokedAt = now());
+        // Recorded at once: a call that never settles says whether it got as far as pgfence.
+        const started = () => {
+          record.invokedAt = record.calledAt = now();
+          this.o.emit({ type: 'op', record: { ...record } });
+        };
         const granted = await locker.acquire({ name: cmd.name, mode: cmd.mode, timeoutMs, signal: controller?.signal, started });
         if (granted) record.hold = this.granted(granted, cmd.name, cmd.mode, requestedAt);
         return granted;

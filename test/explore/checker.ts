@@ -24,6 +24,8 @@ export type ViolationType =
   | 'leak'
   | 'late'
   | 'unsettled'
+  /** A call stuck in the test's own preparation (a pool connection, BEGIN): it never reached pgfence. */
+  | 'harness-hang'
   | 'untyped-error';
 
 export interface Violation {
@@ -300,7 +302,14 @@ class CheckContext {
     for (const op of this.h.ops) {
       if (op.outcome === 'killed') continue;
       if (op.settledAt === undefined) {
-        yield { type: 'unsettled', message: `${op.op} by ${op.actor} (${op.kind}) invoked at ${ms(op.invokedAt)} never settled`, refs: [op.id] };
+        const pending = this.h.takenAt === undefined ? '' : ` (still pending ${ms(this.h.takenAt - op.invokedAt)} later, when the round ended; its bound ${ms(op.boundMs)})`;
+        // acquire and try record the moment the kind makes the pgfence call (after its own connection and BEGIN).
+        if ((op.op === 'acquire' || op.op === 'try') && op.calledAt === undefined) {
+          const message = `${op.op} by ${op.actor} (${op.kind}) invoked at ${ms(op.invokedAt)} never reached pgfence: the test's own preparation (a connection, BEGIN) never settled${pending}`;
+          yield { type: 'harness-hang', message, refs: [op.id] };
+        } else {
+          yield { type: 'unsettled', message: `${op.op} by ${op.actor} (${op.kind}) invoked at ${ms(op.invokedAt)} never settled${pending}`, refs: [op.id] };
+        }
         continue;
       }
       const took = op.settledAt - op.invokedAt - this.stoppedDuring(op, op.settledAt);

@@ -31,6 +31,8 @@ export interface Explorer {
   inspectQuietMs: number;
   /** Checks in flight (after-close), awaited before the round ends. */
   pending: Set<Promise<unknown>>;
+  /** A check in flight that could not look (the database unreachable even after the faults ended): the round fails with it. */
+  checkFailure?: unknown;
   counts: Record<string, number>;
 }
 
@@ -112,8 +114,18 @@ class Step implements Cmd {
         if (!closed) return;
         // Through a fault, the server cannot know yet: look once the fault is over.
         if (x.faults.busy) await x.faults.settle().catch(() => {});
-        if (!(await checkAfterClose(x.world, who, x.closeWatchMs))) count(x, 'left-after-close');
+        let clean: boolean;
+        try {
+          clean = await checkAfterClose(x.world, who, x.closeWatchMs);
+        } catch {
+          // A restart that began while it looked broke the admin's connection: look again once it is over
+          // (the restart ended every backend, so the second look can only confirm that nothing is left).
+          await x.faults.settle().catch(() => {});
+          clean = await checkAfterClose(x.world, who, x.closeWatchMs);
+        }
+        if (!clean) count(x, 'left-after-close');
       })
+      .catch((err: unknown) => void (x.checkFailure ??= err))
       .finally(() => x.pending.delete(check));
     x.pending.add(check);
   }

@@ -37,6 +37,12 @@ export interface OpRecord {
   invokedAt: number;
   /** The call must settle within invokedAt + boundMs (plus any time its process was stopped). */
   boundMs: number;
+  /**
+   * acquire/try: when the pgfence call was made, after the kind's own preparation (a pool connection,
+   * BEGIN); invokedAt is moved to it. Absent while that preparation runs: a call unsettled without it
+   * never reached pgfence.
+   */
+  calledAt?: number;
   settledAt?: number;
   /** 'killed': its process was SIGKILLed before it answered. */
   outcome?: 'ok' | 'null' | 'error' | 'killed';
@@ -158,6 +164,8 @@ export interface History {
   processOf: Record<string, string>;
   /** SIGSTOP windows per process label. */
   stopped: Record<string, { from: number; to: number }[]>;
+  /** When the round took the history: a call unsettled then was still pending at this moment. */
+  takenAt?: number;
 }
 
 /** The records an actor produces, sent as they happen (over IPC from a child); a record is sent again when it changes. */

@@ -11,11 +11,11 @@ import { sleep } from '../support/db.js';
 import { check, type Violation } from './checker.js';
 import { commandsArbitrary, type Explorer, type Model } from './commands.js';
 import { Faults } from './faults.js';
-import type { ExploreConfig, Family, History } from './history.js';
+import type { ExploreConfig, Family, History, OpRecord } from './history.js';
 import { now } from './history.js';
 import { checkAfterClose, checkIdle } from './inspect.js';
 import { detectionBoundMs, kinds } from './kinds/index.js';
-import { MAX_WAIT_MS } from './kinds/kind.js';
+import { MAX_WAIT_MS, statementGuardMs } from './kinds/kind.js';
 import { type ActorPlan, World } from './world.js';
 
 export interface RoundOptions {
@@ -102,6 +102,22 @@ async function dropDatabase(serverUrl: string, name: string): Promise<void> {
   }
 }
 
+/** Past its bound, how long the round still waits for a call's answer: one that comes is recorded late rather than missing. */
+export const ANSWER_WAIT_GRACE_MS = 1000;
+
+/**
+ * Until when the round waits for a call still in flight before it takes the history (a closed
+ * incarnation's call may still be running: the round waits only for the current ones otherwise). A
+ * call is given its bound, any time its process was stopped, and a grace; an acquire or try still in
+ * the kind's own preparation also gets that preparation's bound: a pool connection and BEGIN, each
+ * bounded by the test's statement guard.
+ */
+export function answerDeadline(op: OpRecord, stopped: readonly { from: number; to: number }[], guardMs: number): number {
+  const preparing = (op.op === 'acquire' || op.op === 'try') && op.calledAt === undefined;
+  const stoppedMs = stopped.reduce((sum, w) => sum + Math.max(0, w.to - Math.max(w.from, op.invokedAt)), 0);
+  return op.invokedAt + (preparing ? 2 * guardMs : 0) + op.boundMs + stoppedMs + ANSWER_WAIT_GRACE_MS;
+}
+
 /** Waits until `done`, polling, at most `ms`; false when it never was. */
 async function waitUntil(done: () => boolean, ms: number): Promise<boolean> {
   const end = now() + ms;
@@ -172,7 +188,16 @@ export async function exploreRound(o: RoundOptions): Promise<RoundResult> {
     await Promise.race([Promise.all(closing), sleep(boundMs + x.closeWatchMs)]);
     phase(`closes done (${pendingBefore} checks were pending, ${x.pending.size} now)`);
     await Promise.race([Promise.all([...x.pending]), sleep(boundMs + x.closeWatchMs)]);
+    if (x.checkFailure) throw x.checkFailure;
     phase('closed and inspected');
+    // Calls still in flight (of incarnations closed meanwhile) answer, or are overdue, before the history is taken.
+    const guardMs = statementGuardMs(keepaliveMs);
+    const inFlight = () => [...world.recorder.ops.values()].filter((op) => op.settledAt === undefined && op.outcome !== 'killed');
+    const overdue = (op: OpRecord) => now() > answerDeadline(op, world.recorder.stopped[world.recorder.processOf[op.actor] ?? ''] ?? [], guardMs);
+    if (inFlight().length > 0) {
+      await waitUntil(() => inFlight().every(overdue), Infinity);
+      phase(`calls in flight answered or overdue (${inFlight().length} unanswered)`);
+    }
     const history = world.recorder.history(roundConfig(o.seed, keepaliveMs, slackMs), await world.writeLog());
     return { seed: o.seed, history, violations: check(history), counts: x.counts, plan };
   } finally {

@@ -10,7 +10,7 @@ import pg from 'pg';
 import { migrate } from '../../src/index.js';
 import { ActorHost, type ActorCommand, type ActorState, WRITES_TABLE } from './actor.js';
 import type { FromChild, ToChild } from './child.js';
-import type { ExploreConfig, FaultRecord, HeldObservation, History, HoldRecord, OpRecord, Recorded, WriteRecord } from './history.js';
+import { type ExploreConfig, type FaultRecord, type HeldObservation, type History, type HoldRecord, now, type OpRecord, type Recorded, type WriteRecord } from './history.js';
 import { kindNamed, type KindAdapter, type KindContext } from './kinds/index.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 
@@ -85,6 +85,7 @@ export class Recorder {
       held: this.held,
       processOf: this.processOf,
       stopped: this.stopped,
+      takenAt: now(),
     };
   }
 }
