@@ -1,4 +1,4 @@
-import { isLockNotAvailable, isQueryCanceled, LockUnavailableError, PgfenceError, schemaMissingError, sqlState } from '../core/index.js';
+import { type Cancel, isLockNotAvailable, isQueryCanceled, LockUnavailableError, PgfenceError, schemaMissingError, sqlState } from '../core/index.js';
 import { BLOCKING_COLUMNS, blockingLockSql, heldBySessionSql, Op } from './advisory-sql.js';
 import { type Session, SessionLostError, type SessionPool, type StatementText, WITHDRAWN } from '../session/index.js';
 import type { Attempt, WaiterQueue } from '../wait/index.js';
@@ -34,7 +34,7 @@ export class BlockingWait implements WaiterQueue {
   ) {}
 
   /** Waits for `request`'s key for at most remainingMs, or null when the waiter session is not free. */
-  block(lock: BlockedKey, request: AcquireRequest, remainingMs: number, cancel: AbortSignal): Promise<Attempt<AdvisoryLockHandle>> | null {
+  block(lock: BlockedKey, request: AcquireRequest, remainingMs: number, cancel: Cancel): Promise<Attempt<AdvisoryLockHandle>> | null {
     const { mode, fencing } = request;
     const started = this.start(
       (guarded) => blockingLockSql(mode === 'shared', fencing, guarded), // prepared: one per flavour
@@ -63,7 +63,7 @@ export class BlockingWait implements WaiterQueue {
    * WaiterQueue): cancelled when `cancel` aborts, answered within remainingMs plus the deadline. Null
    * when the waiter session is not free now.
    */
-  run<R>(statement: StatementText, params: unknown[], remainingMs: number, cancel: AbortSignal): { session: Session; rows: Promise<R[]> } | null {
+  run<R>(statement: StatementText, params: unknown[], remainingMs: number, cancel: Cancel): { session: Session; rows: Promise<R[]> } | null {
     return this.start(statement, params, remainingMs, cancel, (session, text, values, opts) => session.statement<R>(text, values, opts));
   }
 
@@ -72,8 +72,8 @@ export class BlockingWait implements WaiterQueue {
     statement: StatementText,
     params: unknown[],
     remainingMs: number,
-    cancel: AbortSignal,
-    send: (session: Session, statement: StatementText, params: unknown[], opts: { deadlineMs: number; withdraw: AbortSignal }) => Promise<R[]>,
+    cancel: Cancel,
+    send: (session: Session, statement: StatementText, params: unknown[], opts: { deadlineMs: number; withdraw: Cancel }) => Promise<R[]>,
   ): { session: Session; rows: Promise<R[]> } | null {
     // A lock of this locker lives on the waiter session: a wait there would hold up its release.
     if (this.active || this.closed() || this.sessions.waiterHolds()) return null;
@@ -88,10 +88,10 @@ export class BlockingWait implements WaiterQueue {
     // yet): the session's listener, added first, runs before the one that sends the server-side cancel.
     const rows = send(session, statement, params, { deadlineMs: remainingMs + this.deadlineMs, withdraw: cancel });
     const onCancel = () => void this.sessions.cancel(session);
-    cancel.addEventListener('abort', onCancel, { once: true });
+    cancel.onAbort(onCancel);
     const ended = () => {
       this.active = false;
-      cancel.removeEventListener('abort', onCancel);
+      cancel.off(onCancel);
     };
     rows.then(ended, ended);
     return { session, rows };

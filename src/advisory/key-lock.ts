@@ -1,4 +1,4 @@
-import { LockerClosedError, LockLostError, type LockMode, LockTimeoutError, LockUnavailableError, PgfenceError, setLongTimeout } from '../core/index.js';
+import { type Cancel, LockerClosedError, LockLostError, type LockMode, LockTimeoutError, LockUnavailableError, PgfenceError, setLongTimeout } from '../core/index.js';
 import type { Observer } from '../observe/index.js';
 import { Op, type OpCode } from './advisory-sql.js';
 import { type ReleaseListener, type Session, SessionLostError, type SessionPool } from '../session/index.js';
@@ -135,7 +135,7 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
   }
 
   /** Waits on the waiter session; never for a live lease of the name (PostgreSQL would grant the key at once, again and again). */
-  block(request: AcquireRequest, remainingMs: number, last: Busy | null, cancel: AbortSignal): Promise<Attempt<AdvisoryLockHandle>> | null {
+  block(request: AcquireRequest, remainingMs: number, last: Busy | null, cancel: Cancel): Promise<Attempt<AdvisoryLockHandle>> | null {
     if (last?.leaseHeld) return null;
     return this.ctx.blocking.block(this, request, remainingMs, cancel);
   }

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { BaseHandle, type LockHandle, LockLostError, type LockLostReason, LockUnavailableError, PgfenceError, schemaMissingError, setLongTimeout } from '../core/index.js';
+import { BaseHandle, type Cancel, type LockHandle, LockLostError, type LockLostReason, LockUnavailableError, PgfenceError, schemaMissingError, setLongTimeout } from '../core/index.js';
 import type { LockTarget } from '../keys.js';
 import type { Observer } from '../observe/index.js';
 import { type ReleaseListener, type Session, SessionLostError, type SessionPool, type ShortStatements } from '../session/index.js';
@@ -220,7 +220,7 @@ export class LeaseManager {
   }
 
   /** A lock holds the name: wait for it in PostgreSQL's queue, then take the lease (null: not now, poll). */
-  private queued(request: LeaseRequest, remainingMs: number, last: Busy | null, cancel: AbortSignal): Promise<Attempt<LeaseHandleImpl>> | null {
+  private queued(request: LeaseRequest, remainingMs: number, last: Busy | null, cancel: Cancel): Promise<Attempt<LeaseHandleImpl>> | null {
     // Never on a key this locker holds as a session lock: its own backend's locks never conflict.
     if (!last?.lockHeld || !this.queue || this.sessionLockHere(request.target.key)) return null;
     return acquireQueued(this.queue, request, remainingMs, cancel, (row, sentAt) => this.grantedTo(request, row, sentAt));

@@ -1,4 +1,4 @@
-import { isLockNotAvailable, isQueryCanceled, LockUnavailableError, PgfenceError, schemaMissingError, sqlState } from '../core/index.js';
+import { type Cancel, isLockNotAvailable, isQueryCanceled, LockUnavailableError, PgfenceError, schemaMissingError, sqlState } from '../core/index.js';
 import { SessionLostError, WITHDRAWN } from '../session/index.js';
 import type { Attempt, Busy, WaiterQueue } from '../wait/index.js';
 import { leaseStatements } from './lease-sql.js';
@@ -41,7 +41,7 @@ export function acquireQueued<H>(
   queue: WaiterQueue,
   request: QueuedRequest,
   remainingMs: number,
-  cancel: AbortSignal,
+  cancel: Cancel,
   granted: (row: AcquireRow, grantedAt: number) => H,
 ): Promise<Attempt<H>> | null {
   const { target, owner, ttlMs, data, minHoldMs } = request;

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { isConnectionLost, LockUnavailableError } from '../core/index.js';
+import { type Cancel, isConnectionLost, LockUnavailableError } from '../core/index.js';
 import type { Logger } from '../observe/index.js';
 import { takeBatch } from './batch.js';
 import { Watchdog } from './watchdog.js';
@@ -100,7 +100,7 @@ export class Session {
    * Queues a statement of its own on this session, in order with the operations around it. It must
    * not block, and a failure must leave no lock taken (the batch reconciliation does not cover it).
    */
-  statement<R>(text: StatementText, values: unknown[], opts: { deadlineMs?: number; withdraw?: AbortSignal } = {}): Promise<R[]> {
+  statement<R>(text: StatementText, values: unknown[], opts: { deadlineMs?: number; withdraw?: Cancel } = {}): Promise<R[]> {
     return this.statementOf<R>(text, values, opts, false);
   }
 
@@ -108,11 +108,11 @@ export class Session {
    * As statement(), its rows as the server sent them (RawRow: text by column position, as OpQuery hands
    * them over): for a hot statement whose reader knows its columns. Its values must be scalars (sent as text).
    */
-  rawStatement(text: StatementText, values: unknown[], opts: { deadlineMs?: number; withdraw?: AbortSignal } = {}): Promise<RawRow[]> {
+  rawStatement(text: StatementText, values: unknown[], opts: { deadlineMs?: number; withdraw?: Cancel } = {}): Promise<RawRow[]> {
     return this.statementOf<RawRow>(text, values, opts, true);
   }
 
-  private statementOf<R>(text: StatementText, values: unknown[], opts: { deadlineMs?: number; withdraw?: AbortSignal }, raw: boolean): Promise<R[]> {
+  private statementOf<R>(text: StatementText, values: unknown[], opts: { deadlineMs?: number; withdraw?: Cancel }, raw: boolean): Promise<R[]> {
     return new Promise((resolve, reject) => {
       const { withdraw } = opts;
       // `withdraw` takes the statement back while it has not been sent (a cancel cannot reach it yet).
@@ -122,10 +122,10 @@ export class Session {
         this.pending.splice(i, 1);
         reject(Object.assign(new Error('the statement was withdrawn before it was sent'), { code: WITHDRAWN }));
       };
-      const unlisten = () => withdraw?.removeEventListener('abort', onWithdraw);
+      const unlisten = () => withdraw?.off(onWithdraw);
       const op = internalOp({ text, values, done: (rows) => (unlisten(), resolve(rows as R[])), deadlineMs: opts.deadlineMs, raw });
       op.reject = (err) => (unlisten(), reject(err));
-      if (this.enqueue(op)) withdraw?.addEventListener('abort', onWithdraw, { once: true });
+      if (this.enqueue(op)) withdraw?.onAbort(onWithdraw);
     });
   }
 

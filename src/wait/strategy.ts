@@ -1,3 +1,4 @@
+import type { Cancel } from '../core/index.js';
 import type { Session, StatementText } from '../session/index.js';
 
 /** What every waiting request carries. */
@@ -29,7 +30,7 @@ export interface WaiterQueue {
    * Runs `statement` on the waiter session, cancelled when `cancel` aborts, answered within remainingMs
    * plus the locker's deadline; null when the waiter session is not free now (the caller polls then).
    */
-  run<R>(statement: StatementText, params: unknown[], remainingMs: number, cancel: AbortSignal): { session: Session; rows: Promise<R[]> } | null;
+  run<R>(statement: StatementText, params: unknown[], remainingMs: number, cancel: Cancel): { session: Session; rows: Promise<R[]> } | null;
 }
 
 /**
@@ -62,7 +63,7 @@ export interface WaitStrategy<R extends LineRequest, H> {
    * Waits in the database's own queue for at most remainingMs, or null when it cannot now (the line then
    * announces and polls). `cancel` aborts when the waiter gives up or the line closes.
    */
-  block?(request: R, remainingMs: number, last: Busy | null, cancel: AbortSignal): Promise<Attempt<H>> | null;
+  block?(request: R, remainingMs: number, last: Busy | null, cancel: Cancel): Promise<Attempt<H>> | null;
   /**
    * A fresh request may skip its first attempt and go straight to `block` (which then tries first and
    * says whether it waited): the resource was busy lately, so a try would most likely fail.

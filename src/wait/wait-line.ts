@@ -1,4 +1,4 @@
-import { MAX_TIMER_MS, setLongTimeout } from '../core/index.js';
+import { Cancel, MAX_TIMER_MS, setLongTimeout } from '../core/index.js';
 import { MarkerOp, markerRegistered } from './marker-sql.js';
 import type { ReleaseListener, Session, SessionPool } from '../session/index.js';
 import type { Attempt, Busy, LineRequest, WaitStrategy } from './strategy.js';
@@ -31,7 +31,7 @@ export class WaitLine<R extends LineRequest, H> {
   /** The waiter whose attempt or blocking wait is in flight, if any. */
   private attemptFor: Waiter<R, H> | null = null;
   /** Cancels the blocking wait in flight. */
-  private blockCancel: AbortController | null = null;
+  private blockCancel: Cancel | null = null;
   /** drained() calls waiting for the key to go quiet (null: none; most lines never have one). */
   private onQuiet: (() => void)[] | null = null;
   /** Ends an operation begun by `beginOperation()` (bound once: every release and bulk try uses it). */
@@ -206,8 +206,8 @@ export class WaitLine<R extends LineRequest, H> {
     const { timeoutMs } = head.request;
     const remainingMs = timeoutMs === Infinity ? Infinity : head.startedAt + timeoutMs - performance.now();
     if (remainingMs <= 0) return false;
-    const cancel = new AbortController();
-    const blocking = this.strategy.block(head.request, remainingMs, head.last, cancel.signal);
+    const cancel = new Cancel();
+    const blocking = this.strategy.block(head.request, remainingMs, head.last, cancel);
     if (!blocking) return false;
     this.blockCancel = cancel;
     this.inFlight(head, () => blocking, true);

@@ -1,4 +1,4 @@
-import { type HeldLockInfo, LockerClosedError, type LockKind, LockTimeoutError } from '../core/index.js';
+import { type Cancel, type HeldLockInfo, LockerClosedError, type LockKind, LockTimeoutError } from '../core/index.js';
 import type { LockTarget } from '../keys.js';
 import type { Observer } from '../observe/index.js';
 import type { ReleaseListener, Session, SessionPool } from '../session/index.js';
@@ -28,7 +28,7 @@ export class WaitLines<R extends TargetRequest, H extends HeldLockInfo & { relea
     private readonly observer: Observer,
     private readonly attempt: (request: R, phase: AttemptPhase) => Promise<Attempt<H>>,
     /** Waits in PostgreSQL's queue, when the kind can (see WaitStrategy.block). */
-    private readonly block?: (request: R, remainingMs: number, last: Busy | null, cancel: AbortSignal) => Promise<Attempt<H>> | null,
+    private readonly block?: (request: R, remainingMs: number, last: Busy | null, cancel: Cancel) => Promise<Attempt<H>> | null,
   ) {}
 
   get waiting(): number {
