@@ -39,6 +39,10 @@ const result = await esbuild.build({
   platform: 'node',
   target: 'node20',
   packages: 'external',
+  // Whitespace and syntax only, names kept (stack traces still name the functions): about 30% fewer
+  // bytes for every new process to read and compile.
+  minifyWhitespace: true,
+  minifySyntax: true,
   metafile: true,
   logLevel: 'warning',
 });
