@@ -56,6 +56,23 @@ describe('architecture', () => {
     expect(wrong).toEqual([]);
   });
 
+  it("imports no package entry point except from another entry point (they are bundled, the rest is tsc's per-file output)", () => {
+    // scripts/build.mjs replaces dist/index.js, dist/kysely/index.js and dist/pg-boss/index.js with
+    // bundles; a per-file module (the CLI, the demo's worker) importing one would run the bundle's
+    // copy of every class beside its own, and instanceof would fail across the two.
+    const manifest = JSON.parse(readFileSync(join(SRC, '..', 'package.json'), 'utf8')) as { exports: Record<string, string | { default: string }> };
+    const entries = Object.values(manifest.exports)
+      .map((target) => (typeof target === 'string' ? target : target.default))
+      .filter((target) => target.startsWith('./dist/') && target.endsWith('.js'))
+      .map((target) => target.replace(/^\.\/dist\//, '').replace(/\.js$/, '.ts'));
+    expect(entries).toEqual(['index.ts', 'kysely/index.ts', 'pg-boss/index.ts']);
+    const wrong: string[] = [];
+    for (const [file, targets] of importGraph(SRC)) {
+      for (const target of targets) if (entries.includes(target) && !entries.includes(file)) wrong.push(`${file} -> ${target}`);
+    }
+    expect(wrong).toEqual([]);
+  });
+
   it('says why wherever it drops a rejection (.catch(() => {})): on that line or in the comment just above', () => {
     const silent: string[] = [];
     for (const file of readdirSync(SRC, { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.ts'))) {

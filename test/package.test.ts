@@ -213,6 +213,17 @@ describe('the packed package', () => {
     const allowed = /^(dist\/.+\.(js|d\.ts)|migrations\/(\d{4}_\w+\.sql|README\.md)|sql\/([\w-]+\.sql|kysely-definition-migrations\.txt|README\.md)|package\.json|README\.md|LICENSE)$/;
     expect(paths.filter((f) => !allowed.test(f))).toEqual([]);
     expect(paths.some((f) => f.startsWith('src/') || f.startsWith('test/') || f.startsWith('bench/') || f.startsWith('ci/'))).toBe(false);
+    // Every module that a packed module imports is packed too (the bundles' chunks in dist/chunks/).
+    const installed = join(work, `consumer-${kyselyVersions[0]}`, 'node_modules', 'pgfence');
+    const missing: string[] = [];
+    for (const path of paths.filter((f) => f.endsWith('.js'))) {
+      const text = await readFile(join(installed, path), 'utf8');
+      for (const [, spec] of text.matchAll(/(?:\bfrom\s*|\bimport\s*\(?\s*)["'](\.{1,2}\/[^"']+)["']/g)) {
+        const target = join(path, '..', spec!).split(sep).join('/');
+        if (!paths.includes(target)) missing.push(`${path} -> ${spec}`);
+      }
+    }
+    expect(missing).toEqual([]);
 
     // The bin: what package.json names is in the tarball and starts with a shebang (npm makes it executable on install).
     const manifest = JSON.parse(await readFile(join(work, `consumer-${kyselyVersions[0]}`, 'node_modules', 'pgfence', 'package.json'), 'utf8')) as {
@@ -259,6 +270,50 @@ describe('the packed package', () => {
     );
     expect(stdout.trim()).toBe('function function -2046217617591970219');
   });
+
+  it('works as installed: migrate(), the pgfence/kysely migrations, a fenced lock, a busy tryAcquire, one error class across entry points', async () => {
+    // The entry points are bundles sharing chunks (scripts/build.mjs): run what a user gets, from the
+    // unpacked tarball, against fresh databases.
+    const [plain, viaKysely] = await Promise.all([useTestDatabase('installed'), useTestDatabase('installed_kysely')]);
+    const consumer = join(work, `consumer-${installedKysely}`);
+    await writeFile(
+      join(consumer, 'installed.mjs'),
+      `import { Kysely, PostgresDialect } from 'kysely';
+import pg from 'pg';
+import { createLocker, migrate, PgfenceError } from 'pgfence';
+import { pgfenceMigrations, xactLock } from 'pgfence/kysely';
+import { workWithLock } from 'pgfence/pg-boss';
+const [url, kyselyUrl] = process.argv.slice(2);
+const out = {};
+out.migrate = (await migrate({ connectionString: url })).applied;
+// Kysely moved its Migrator to kysely/migration in 0.29.
+const { Migrator } = (await import('kysely')).Migrator ? await import('kysely') : await import('kysely/migration');
+const db = new Kysely({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: kyselyUrl }) }) });
+const { error, results } = await new Migrator({ db, provider: pgfenceMigrations(), migrationTableName: 'pgfence_kysely_migration' }).migrateToLatest();
+if (error) throw error;
+out.kysely = results.map((r) => r.status);
+await db.destroy();
+const [a, b] = [createLocker({ connectionString: url }), createLocker({ connectionString: url })];
+const lock = await a.acquire('installed:lock', { fencing: true });
+out.token = typeof lock.token;
+out.busy = await b.tryAcquire('installed:lock');
+await lock.release();
+out.free = await b.tryWithLock('installed:lock', async () => 'granted');
+await Promise.all([a.close(), b.close()]);
+// pgfence/kysely throws the class that pgfence exports: the bundles share one copy of it.
+out.sameErrors = await xactLock(null, 'x').catch((err) => err instanceof PgfenceError && err.name);
+out.workWithLock = typeof workWithLock;
+console.log(JSON.stringify(out));
+`,
+    );
+    const { stdout } = await run(process.execPath, ['installed.mjs', plain.url, viaKysely.url], { cwd: consumer, timeout: 60_000 });
+    const out = JSON.parse(stdout) as { migrate: string[]; kysely: string[]; token: string; busy: unknown; free: unknown; sameErrors: unknown; workWithLock: string };
+    expect(out.migrate).toContain('migrations/0001_schema.sql');
+    expect(out.migrate).toContain('sql/fencing.sql');
+    expect(out.kysely.length).toBeGreaterThan(0);
+    expect(new Set(out.kysely)).toEqual(new Set(['Success']));
+    expect(out).toMatchObject({ token: 'bigint', busy: null, free: { acquired: true, value: 'granted' }, sameErrors: 'InvalidArgumentError', workWithLock: 'function' });
+  }, 120_000);
 
   it('a fresh project (npm init -y && npm install <tarball> pg) runs the README Quick start as written', async () => {
     const app = join(work, 'app');

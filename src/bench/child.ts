@@ -53,7 +53,7 @@ type Holder = { acquire(): Promise<() => Promise<unknown>>; close(): Promise<unk
 
 async function holders(side: 'pgfence' | 'pg', url: string, name: string, key: string, count: number): Promise<Holder[]> {
   if (side === 'pgfence') {
-    const { createLocker } = await import('../locker.js');
+    const { createLocker } = await import('../index.js');
     return Array.from({ length: count }, () => {
       const locker = createLocker({ connectionString: url, maxSessions: 1, defaultTimeoutMs: 60_000 });
       return {
@@ -85,7 +85,8 @@ async function burst(t: BurstTask): Promise<BurstResult> {
   const cpu0 = process.cpuUsage();
   const t0 = performance.now();
   // Load the modules first (timed apart), then start the clock on fresh lockers or connections.
-  if (t.side === 'pgfence') await import('../locker.js');
+  // pgfence as a user loads it: the package's entry point (the bundle of `npm run build`).
+  if (t.side === 'pgfence') await import('../index.js');
   else await import('pg');
   const t1 = performance.now();
   const cpu1 = process.cpuUsage();

@@ -16,7 +16,7 @@ import { rm, writeFile } from 'node:fs/promises';
 import { constants, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import type pg from 'pg';
-import { migrate } from '../index.js';
+import { migrate } from '../migrate/index.js';
 import { within } from '../core/index.js';
 import { EmbeddedPostgresMissingError, startEmbeddedPostgres, type EmbeddedServer } from '../embedded/index.js';
 import { redactUrl } from '../session/index.js';

@@ -259,6 +259,15 @@ export class LeaseManager {
 }
 
 /**
+ * How much earlier than the database's expiry the holder stops trusting its lease. A function, not a
+ * static of LeaseHandleImpl: a class that names itself inside its body is renamed _LeaseHandleImpl
+ * by the bundler (scripts/build.mjs).
+ */
+function leaseMarginMs(ttlMs: number): number {
+  return Math.min(1000, Math.max(25, ttlMs * 0.05));
+}
+
+/**
  * The holder's side of a lease. Its local deadline runs on the monotonic clock from when the last
  * successful grant or renewal was *sent*, minus a margin: the database set the expiry later than that,
  * so the signal aborts before anyone else can be admitted.
@@ -317,11 +326,6 @@ class LeaseHandleImpl extends BaseHandle implements LeaseHandle {
     if (this.state === 'held' && performance.now() >= this.deadlineAt) this.manager.lose(this, 'lease-expired');
   }
 
-  /** How much earlier than the database's expiry the holder stops trusting its lease. */
-  static marginMs(ttlMs: number): number {
-    return Math.min(1000, Math.max(25, ttlMs * 0.05));
-  }
-
   renew(): Promise<boolean> {
     if (!this.held) return Promise.resolve(false);
     this.renewing ??= this.manager
@@ -358,7 +362,7 @@ class LeaseHandleImpl extends BaseHandle implements LeaseHandle {
 
   private armDeadline(sentAt: number): void {
     this.deadlineCancel?.();
-    this.deadlineAt = sentAt + this.ttlMs - LeaseHandleImpl.marginMs(this.ttlMs);
+    this.deadlineAt = sentAt + this.ttlMs - leaseMarginMs(this.ttlMs);
     const left = this.deadlineAt - performance.now();
     this.deadlineCancel = setLongTimeout(() => this.manager.lose(this, 'lease-expired'), Math.max(0, left), true);
   }

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { lockKey } from '../../index.js';
+import { lockKey } from '../../keys.js';
 import type { ConditionWaits } from './condition-waits.js';
 import { describeFenced, staleWriteLines, type Narrator, type WakeLine } from './narration.js';
 import { rel } from './output.js';

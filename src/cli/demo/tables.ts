@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { fencingColumnSql } from '../../index.js';
+import { fencingColumnSql } from '../../fencing/index.js';
 
 /** The demo's own schema: dropped and recreated by every run, so it never touches anyone's tables. */
 export const SCHEMA = 'pgfence_demo';

@@ -12,8 +12,10 @@ import { existsSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
-import { within } from '../../core/index.js';
-import { createLocker, fencedUpdate, LockLostError, type LeaseHandle } from '../../index.js';
+import { LockLostError, within } from '../../core/index.js';
+import { fencedUpdate } from '../../fencing/index.js';
+import type { LeaseHandle } from '../../lease/index.js';
+import { createLocker } from '../../locker.js';
 import type { ControlOutcome, FencedOutcome, WorkerCommand, WorkerConfig, WorkerEvent } from './protocol.js';
 
 const config = JSON.parse(process.argv[2] ?? '{}') as WorkerConfig;
