@@ -192,7 +192,7 @@ export class AdvisoryLockManager {
     this.closed = true;
     const unlocks: Promise<boolean>[] = [];
     for (const lock of this.locks.values()) {
-      lock.line.close(new LockerClosedError('the locker was closed'));
+      lock.line.close(() => new LockerClosedError('the locker was closed'));
       for (const h of [...lock.holders]) unlocks.push(h.release());
     }
     await Promise.all(unlocks);

@@ -117,10 +117,12 @@ export class WaitLine<R extends LineRequest, H> {
    * Fails every waiter and cancels a blocking wait; a waiter whose attempt is in flight leaves as when it
    * gives up (see leave). Then the line withdraws its wait announcement (see drained()).
    */
-  close(reason: Error): void {
+  /** Fails every waiter with `reason` (made only when someone waits: a locker closes thousands of idle lines). */
+  close(reason: Error | (() => Error)): void {
     for (const w of [...this.queue]) {
-      if (w !== this.attemptFor) this.settle(w, () => w.reject(reason));
-      else if (!w.leaving) this.leave(w, () => w.reject(reason));
+      const err = typeof reason === 'function' ? reason() : reason;
+      if (w !== this.attemptFor) this.settle(w, () => w.reject(err));
+      else if (!w.leaving) this.leave(w, () => w.reject(err));
     }
     this.blockCancel?.abort();
     this.clearPoll();
