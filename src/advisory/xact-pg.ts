@@ -12,8 +12,19 @@ import {
   type XactLockResult,
 } from './xact.js';
 
+/** Made once per client (it holds nothing that changes): the executor showed in xactLock's profile. */
+const executors = new WeakMap<object, XactExecutor>();
+
 /** node-postgres: a client (or pool client) inside BEGIN ... COMMIT. */
 function pgExecutor(client: pg.ClientBase): XactExecutor {
+  const known = executors.get(client as object);
+  if (known) return known;
+  const made = makePgExecutor(client);
+  executors.set(client, made);
+  return made;
+}
+
+function makePgExecutor(client: pg.ClientBase): XactExecutor {
   const sql = pgSqlExecutor(client, 'client', 'a node-postgres client inside a transaction');
   const withStatus = client as pg.ClientBase & { getTransactionStatus?: () => string | null };
   return {
