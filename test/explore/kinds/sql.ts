@@ -105,8 +105,12 @@ function sqlKind(
         }),
       close: async () => {
         await conn.close();
+        if (!opts.releaseOnClose) return;
+        // An acquire under way when the close began may still be granted (its answer can beat the cancel):
+        // let it land first, so that what it took is released too (else it lingers until its TTL: a leak).
+        await conn.serial.run(async () => {});
         const last = current;
-        if (!opts.releaseOnClose || !last) return;
+        if (!last) return;
         // Its own release (which stops its renewals), then by token in case a release under way was cancelled.
         await last.hold.release().catch(() => {});
         await conn.query('SELECT pgfence.release_lease(pgfence.lock_key($1), $2)', [last.name, String(last.hold.token)]).catch(() => {});
