@@ -413,6 +413,46 @@ describe('an unbounded wait', () => {
 });
 
 describe('a pool of the caller', () => {
+  it("works on a pool in pg's pipeline mode: grants, busy tries, batches and blocking waits", async () => {
+    // pg >= 8.23 refuses any submittable but its own Query on a pipelined client: the locker must not depend on one.
+    const pool = new pg.Pool({ connectionString: db.url, max: 10, pipeline: true } as pg.PoolConfig);
+    pool.on('error', () => {});
+    const other = track(createLocker({ connectionString: db.url }));
+    const locker = createLocker({ pool, maxSessions: 2 });
+    try {
+      const held = await locker.acquire('pipe:a', { timeoutMs: 5_000 });
+      expect(await other.tryAcquire('pipe:a')).toBeNull();
+      const many = await Promise.all(Array.from({ length: 20 }, (_, i) => locker.acquire(`pipe:${i}`, { timeoutMs: 5_000 })));
+      await Promise.all(many.map((h) => h.release()));
+      const busy = await other.acquire('pipe:b');
+      const waiting = locker.acquire('pipe:b', { timeoutMs: 10_000 });
+      await eventually(() => locker.stats().waiting === 1, 5_000, 'the wait');
+      await busy.release();
+      await (await waiting).release();
+      expect(await held.release()).toBe(true);
+    } finally {
+      await locker.close();
+      await pool.end();
+    }
+  });
+
+  it('leaves no timer behind per statement on a pool with query_timeout', async () => {
+    const pool = new pg.Pool({ connectionString: db.url, max: 10, query_timeout: 60_000 });
+    pool.on('error', () => {});
+    const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
+    try {
+      const locker = createLocker({ pool, maxSessions: 1 });
+      await (await locker.acquire('qt:warm')).release();
+      const before = timers();
+      for (let i = 0; i < 200; i++) await (await locker.acquire('qt:cycle')).release();
+      // 400 statements: each would leave its 60 s read-timeout timer pending if it was never told the query ended.
+      expect(timers() - before).toBeLessThan(20);
+      await locker.close();
+    } finally {
+      await pool.end();
+    }
+  });
+
   it('pins its sessions from it for the locker’s lifetime, and leaves the pool open', async () => {
     const pool = new pg.Pool({ connectionString: db.url, max: 10 });
     // As any pool's owner must: an idle client whose backend ends (the file's database is dropped) emits here.

@@ -1,3 +1,4 @@
+import type pg from 'pg';
 import type { Connection } from 'pg';
 
 /** A row as the server sent it: each column's text (or null), in the statement's column order. */
@@ -7,7 +8,8 @@ export type RawRow = (string | null)[];
 interface Wire {
   stream: { cork?(): void; uncork?(): void };
   parsedStatements: Record<string, string>;
-  submittedNamedStatements: Record<string, string>;
+  /** pg >= 8.23 only: named statements sent, their ParseComplete not yet in. */
+  submittedNamedStatements?: Record<string, string>;
   query(text: string): void;
   parse(msg: { name: string; text: string }): void;
   bind(msg: { statement: string; values: (string | null)[] }): void;
@@ -31,6 +33,8 @@ export class OpQuery {
   /** Read by node-postgres: a named statement is recorded as parsed when ParseComplete arrives. */
   readonly name: string | undefined;
   readonly text: string;
+  /** Set by node-postgres when a query_timeout applies: called when the query ends, it clears that timer. */
+  callback: ((err: Error | null) => void) | undefined = undefined;
   private readonly rows: RawRow[] = [];
   private settled = false;
 
@@ -54,9 +58,9 @@ export class OpQuery {
     wire.stream.cork?.();
     try {
       const name = this.name ?? '';
-      if (!name || (wire.parsedStatements[name] === undefined && wire.submittedNamedStatements[name] === undefined)) {
+      if (!name || (wire.parsedStatements[name] === undefined && wire.submittedNamedStatements?.[name] === undefined)) {
         wire.parse({ name, text: this.text });
-        if (name) wire.submittedNamedStatements[name] = this.text;
+        if (name && wire.submittedNamedStatements) wire.submittedNamedStatements[name] = this.text;
       }
       wire.bind({ statement: name, values: this.values });
       wire.execute({ portal: '' });
@@ -92,6 +96,39 @@ export class OpQuery {
   private settle(err: Error | null): void {
     if (this.settled) return;
     this.settled = true;
-    this.done(err, this.rows);
+    this.callback?.(err);
+    try {
+      this.done(err, this.rows);
+    } catch (thrown) {
+      // Thrown by a caller's code (a listener, a logger) while pg parses the socket's messages: thrown again
+      // outside the parser, as pg's own Query does, so that the connection's message stream stays intact.
+      process.nextTick(() => {
+        throw thrown;
+      });
+    }
   }
+}
+
+/** Type parsers that keep every value as the server's text (a pipelined client's rows, read like OpQuery's). */
+const asText = { getTypeParser: () => (value: string) => value };
+
+/**
+ * Sends a lock statement on `client`: as an OpQuery, or, on a client in pg's pipeline mode (which refuses
+ * any submittable but its own Query), as a Query whose rows are arrays of the server's text, read alike.
+ */
+export function sendOpQuery(
+  client: pg.ClientBase,
+  statement: { name?: string; text: string },
+  values: (string | null)[] | null,
+  done: (err: Error | null, rows: RawRow[]) => void,
+): void {
+  if ((client as { pipeline?: boolean }).pipeline !== true) {
+    client.query(new OpQuery(statement, values, done));
+    return;
+  }
+  const config = { ...statement, ...(values === null ? {} : { values }), rowMode: 'array' as const, types: asText };
+  client.query(config).then(
+    (res) => done(null, res.rows as RawRow[]),
+    (err: Error) => done(err, []),
+  );
 }

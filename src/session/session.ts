@@ -6,7 +6,7 @@ import { Watchdog } from './watchdog.js';
 import type { ConnectionSource, PinnedConnection } from './connection-source.js';
 import type { OpStatements } from './op-statements.js';
 import { isSchemaGone, statementFailure, undoFailedBatch } from './reconcile.js';
-import { OpQuery, type RawRow } from './op-query.js';
+import { type RawRow, sendOpQuery } from './op-query.js';
 import { internalOp, isUse, type LockOp, type OpCode, opsStatement, type PendingOp, PROBE, tokenOf } from './pending-op.js';
 import { statementQuery, type StatementText } from './statement-query.js';
 
@@ -249,7 +249,7 @@ export class Session {
     if (statement?.raw) {
       const { values, ...query } = statementQuery(statement, this.guarded);
       const asText = values.map((v) => (v == null ? null : String(v)));
-      this.conn!.client.query(new OpQuery(query, asText, (err, rows) => this.settled(batch, ops, err, () => statement.done(rows))));
+      sendOpQuery(this.conn!.client, query, asText, (err, rows) => this.settled(batch, ops, err, () => statement.done(rows)));
       return;
     }
     if (statement) {
@@ -260,14 +260,12 @@ export class Session {
       return;
     }
     const { query, values, lone } = opsStatement(this.guarded ? this.opts.statements.guarded : this.opts.statements.plain, ops);
-    this.conn!.client.query(
-      new OpQuery(query, values, (err, rows) =>
-        this.settled(batch, ops, err, () => {
-          // Columns by position (OpFlavour): a lone operation's row is (r[, token]), a batch's (i, r[, token]).
-          if (lone) for (const row of rows) lone.resolve(Number(row[0]), tokenOf(row[1]));
-          else if (ops.length > 0) for (const row of rows) ops[Number(row[0]) - 1]!.resolve(Number(row[1]), tokenOf(row[2]));
-        }),
-      ),
+    sendOpQuery(this.conn!.client, query, values, (err, rows) =>
+      this.settled(batch, ops, err, () => {
+        // Columns by position (OpFlavour): a lone operation's row is (r[, token]), a batch's (i, r[, token]).
+        if (lone) for (const row of rows) lone.resolve(Number(row[0]), tokenOf(row[1]));
+        else if (ops.length > 0) for (const row of rows) ops[Number(row[0]) - 1]!.resolve(Number(row[1]), tokenOf(row[2]));
+      }),
     );
   }
 

@@ -114,10 +114,10 @@ export class WaitLine<R extends LineRequest, H> {
   }
 
   /**
-   * Fails every waiter and cancels a blocking wait; a waiter whose attempt is in flight leaves as when it
-   * gives up (see leave). Then the line withdraws its wait announcement (see drained()).
+   * Fails every waiter with `reason` (a factory: made only when someone waits, as a locker closes thousands
+   * of idle lines) and cancels a blocking wait; a waiter whose attempt is in flight leaves as when it gives
+   * up (see leave). Then the line withdraws its wait announcement (see drained()).
    */
-  /** Fails every waiter with `reason` (made only when someone waits: a locker closes thousands of idle lines). */
   close(reason: Error | (() => Error)): void {
     for (const w of [...this.queue]) {
       const err = typeof reason === 'function' ? reason() : reason;
