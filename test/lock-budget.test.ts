@@ -113,6 +113,30 @@ describe.skipIf(skipped)('the server-wide lock-table guard', () => {
     await cluster?.stop();
   }, 60_000);
 
+  it('an acquireAll it refuses rejects with LockTableFullError, and nothing is left unhandled', async () => {
+    const filler = new pg.Client({ connectionString: cluster.url });
+    await filler.connect();
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      // The guard's whole share (300 of 400) is taken by another application's session locks.
+      await filler.query('SELECT count(pg_advisory_lock(-k)) FROM generate_series(1, 300) AS k');
+      const locker = track(createLocker({ connectionString: cluster.url, maxHeldLocks: 1000 }));
+      // Connected first: the guard learns the lock table (and samples it) with the first session.
+      await (await locker.acquire('full:warm')).release();
+      const err = await locker.acquireAll(['full:a', 'full:b', 'full:c']).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(LockTableFullError);
+      // A rejection nobody handled is reported as the microtask queue drains: two turns of the event loop see it.
+      for (let turn = 0; turn < 2; turn++) await new Promise((resolve) => setImmediate(resolve));
+      expect(unhandled).toEqual([]);
+      await locker.close();
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+      await filler.end();
+    }
+  });
+
   it("12 lockers taking all they can never fill the server's lock table: another application's 250 locks never fail", async () => {
     const app = appName('guard');
     const url = `${cluster.url}?application_name=${app}`;

@@ -40,6 +40,10 @@ export async function acquireAll(
     targets.set(t.key, t);
   }
   const first = acquireRequest(ctx, names[0], o, 'acquireAll');
+  // The set is admitted as a whole just below: the first name's own admission is not waited for, and its
+  // refusal (the same guard's) is reported by that check, so it is dropped here rather than left unhandled.
+  first.admission?.catch(() => {});
+  first.admission = undefined;
   // One canonical order (ascending key) for every caller: two acquireAll calls can never wait on each other in a cycle.
   const ordered = [...targets.values()].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
   const admission = ctx.checkBudget(first.target, ordered.length);

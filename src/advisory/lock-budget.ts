@@ -105,7 +105,9 @@ export class LockBudget {
     return this.resample(true).then(() => {
       const now = this.inUse() + this.admitting;
       const fresh = this.sample!;
-      if (this.admits(fresh, now, count, fresh.holders)) {
+      // Only a sample taken now shows who holds locks now; when none could be taken, the old one's rule stands.
+      const sharers = fresh !== sample ? fresh.holders : growthSharers(fresh);
+      if (this.admits(fresh, now, count, sharers)) {
         this.admit(count);
         return;
       }
