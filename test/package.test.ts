@@ -315,6 +315,43 @@ console.log(JSON.stringify(out));
     expect(out).toMatchObject({ token: 'bigint', busy: null, free: { acquired: true, value: 'granted' }, sameErrors: 'InvalidArgumentError', workWithLock: 'function' });
   }, 120_000);
 
+  it('works with the oldest pg its peer range allows: grants, busy tries, batches, blocking waits, fencing', async () => {
+    // package.json promises pg ^8.11.0: node-postgres's internals that pgfence's lock statements drive differ across 8.x.
+    const oldest = (JSON.parse(await readFile(join(root, 'package.json'), 'utf8')) as { peerDependencies: Record<string, string> }).peerDependencies.pg!.replace(/^\^/, '');
+    const deps = join(work, `pg-${oldest}`);
+    await run('npm', ['install', '--prefix', deps, '--no-save', '--no-package-lock', '--prefer-offline', '--no-audit', '--no-fund', `pg@${oldest}`], { timeout: 180_000 });
+    const app = join(work, 'oldest-pg');
+    await mkdir(join(app, 'node_modules', 'pgfence'), { recursive: true });
+    await run('tar', ['-xzf', tarball, '-C', join(app, 'node_modules', 'pgfence'), '--strip-components=1']);
+    await symlink(join(deps, 'node_modules', 'pg'), join(app, 'node_modules', 'pg'));
+    await writeFile(join(app, 'package.json'), JSON.stringify({ name: 'oldest-pg', type: 'module', private: true }));
+    await writeFile(
+      join(app, 'oldest.mjs'),
+      `import pg from 'pg';
+import { createLocker, migrate } from 'pgfence';
+const url = process.argv[2];
+await migrate({ connectionString: url });
+const [a, b] = [createLocker({ connectionString: url }), createLocker({ connectionString: url })];
+const out = { pg: JSON.parse((await import('node:fs')).readFileSync(new URL(import.meta.resolve('pg/package.json')), 'utf8')).version };
+const held = await a.acquire('oldest:x', { fencing: true });
+out.token = typeof held.token;
+out.busy = await b.tryAcquire('oldest:x');
+const waiting = b.acquire('oldest:x', { timeoutMs: 10000 });
+while (b.stats().waiting === 0) await new Promise((r) => setImmediate(r));
+await held.release();
+const granted = await waiting;
+const many = await Promise.all(Array.from({ length: 30 }, (_, i) => a.acquire('oldest:' + i)));
+out.batch = (await Promise.all(many.map((h) => h.release()))).every(Boolean);
+out.released = await granted.release();
+await Promise.all([a.close(), b.close()]);
+console.log(JSON.stringify(out));
+`,
+    );
+    const { url } = await useTestDatabase('oldest_pg');
+    const { stdout } = await run(process.execPath, ['oldest.mjs', url], { cwd: app, timeout: 60_000 });
+    expect(JSON.parse(stdout)).toEqual({ pg: oldest, token: 'bigint', busy: null, batch: true, released: true });
+  }, 240_000);
+
   it('a fresh project (npm init -y && npm install <tarball> pg) runs the README Quick start as written', async () => {
     const app = join(work, 'app');
     await mkdir(app);
