@@ -1,8 +1,9 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createLocker, fencedUpdate, migrate, PooledConnectionError, xactLock, tryXactLock } from '../src/index.js';
+import { detectPinning } from '../src/session/pooler-detection.js';
 import { capabilityMissing } from './support/capability.js';
 import { appName, sleep, track, useTestDatabase } from './support/db.js';
 import { type Bouncer, pgbouncerUnavailable, startPgBouncer } from './support/pgbouncer.js';
@@ -63,6 +64,48 @@ describe.skipIf(skipped)('behind PgBouncer', () => {
     const { rows } = await pooled(db.url, 1).query(`SELECT count(*)::int AS n FROM pg_locks
         WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`);
     expect(rows[0].n).toBe(0);
+  });
+
+  it('lockers that start together behind it all refuse session locks (their detections do not fool each other)', async () => {
+    // Several lockers' first statements at once: each detection's second connection may be handed the server
+    // another detection just let go, so its own server looks held for it alone (a session pool) unless the
+    // detections cannot interleave.
+    for (let round = 0; round < 4; round++) {
+      const lockers = Array.from({ length: 4 }, () => track(createLocker({ connectionString: tx.url(db.url) })));
+      const answers = await Promise.all(lockers.map((l, i) => l.tryAcquire(`pool:together:${round}:${i}`).catch((e: unknown) => e)));
+      for (const answer of answers) expect(answer).toBeInstanceOf(PooledConnectionError);
+      await Promise.all(lockers.map((l) => l.close()));
+    }
+  });
+
+  it("a detection sees another process's detection on its server, though its own second connection never gets that server", async () => {
+    // One server behind this pooler, so every pooled statement runs on it. This detection's second connection goes
+    // around the pooler: only the other detection's marks on the shared server can show that it is shared.
+    const single = await startPgBouncer(db.url, 'transaction', { defaultPoolSize: 1 });
+    const connect = async (url: string) => {
+      const c = new pg.Client({ connectionString: url });
+      c.on('error', () => {});
+      await c.connect();
+      return c;
+    };
+    const first = await connect(single.url(db.url));
+    try {
+      vi.resetModules(); // a second copy of the module: its detections do not take turns with this one's (another process)
+      const elsewhere = await import('../src/session/pooler-detection.js');
+      const pinning = await detectPinning(first, async () => {
+        const theirs = await connect(single.url(db.url));
+        try {
+          expect(await elsewhere.detectPinning(theirs, () => connect(single.url(db.url)))).toBe('transaction-pooled');
+        } finally {
+          await theirs.end();
+        }
+        return connect(db.url);
+      });
+      expect(pinning).toBe('transaction-pooled');
+    } finally {
+      await first.end();
+      await single.stop();
+    }
   });
 
   it('semaphores work through the pooler (lease-backed permits, the default there): never more holders than permits', async () => {

@@ -1,12 +1,26 @@
+import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 
 export type Pinning = 'direct' | 'session-pooled' | 'transaction-pooled';
 
-const backendPidSql = 'SELECT pg_backend_pid() AS pid';
+/**
+ * One probe: the backend that ran it, the probe mark its session carried (set by an earlier probe on that backend, or
+ * null), and the mark it leaves. The target list is evaluated in order, so `seen` is read before the new mark is set.
+ */
+const probeSql = `SELECT pg_backend_pid() AS pid, current_setting('pgfence.pinning_probe', true) AS seen,
+  set_config('pgfence.pinning_probe', $1, false) AS mark`;
 
-async function backendPid(client: pg.ClientBase): Promise<number> {
-  return (await client.query<{ pid: number }>(backendPidSql)).rows[0]!.pid;
+interface Probed {
+  pid: number;
+  seen: string | null;
 }
+
+async function probe(client: pg.ClientBase, mark: string): Promise<Probed> {
+  return (await client.query<Probed>(probeSql, [mark])).rows[0]!;
+}
+
+/** Detections through one proxy target in this process, chained: one at a time (see detectPinning). */
+const detections = new Map<string, Promise<unknown>>();
 
 /**
  * Does this connection keep one server backend for its lifetime? PostgreSQL reports its backend's
@@ -14,22 +28,50 @@ async function backendPid(client: pg.ClientBase): Promise<number> {
  * a second connection asks for its backend between two statements of the first: a pooler that
  * shares backends hands it the one the first just used (PgBouncer reuses the last idle server
  * first), or moves the first to another. A session-mode pool does neither, and is fine.
+ *
+ * Detections running at once can hide that from each other: each one's second connection may be handed
+ * the server another detection just let go, so every first connection keeps its server. So detections
+ * through one target in this process take turns, and each probe marks its session's server: a first
+ * connection that finds a mark it did not leave shared its server with someone (another process's
+ * detection, say), which only a transaction pooler does.
  */
 export async function detectPinning(client: pg.ClientBase, openOther: () => Promise<pg.Client>): Promise<Pinning> {
   const reported = (client as { processID?: number | null }).processID ?? null;
-  const first = await backendPid(client);
-  if (reported === first) return 'direct';
+  const mark = `pgfence:${randomUUID()}`;
+  const first = await probe(client, `${mark}:0`);
+  if (reported === first.pid) return 'direct';
+  const target = targetOf(client);
+  const turn = (detections.get(target) ?? Promise.resolve()).then(() => probePinning(client, openOther, mark, first.pid));
+  const settled = turn.catch(() => {}); // the next turn waits for this one's end, failed or not (its caller hears why)
+  detections.set(target, settled);
+  void settled.then(() => {
+    if (detections.get(target) === settled) detections.delete(target);
+  });
+  return turn;
+}
+
+/** The rounds behind a proxy: another connection's probe, then this one's again (it left `${mark}:0` already). */
+export async function probePinning(client: pg.ClientBase, openOther: () => Promise<pg.Client>, mark: string, firstPid: number): Promise<Pinning> {
+  // Its turn may have come after others' detections: its server must still be its own, with its own mark.
+  const again0 = await probe(client, `${mark}:0`);
+  if (again0.pid !== firstPid || again0.seen !== `${mark}:0`) return 'transaction-pooled';
   const other = await openOther();
   try {
-    for (let round = 0; round < 3; round++) {
-      const theirs = await backendPid(other);
-      const again = await backendPid(client);
-      if (theirs === first || again !== first) return 'transaction-pooled';
+    for (let round = 1; round <= 3; round++) {
+      const theirs = await probe(other, `${mark}:other`);
+      const again = await probe(client, `${mark}:${round}`);
+      if (theirs.pid === firstPid || again.pid !== firstPid || again.seen !== `${mark}:${round - 1}`) return 'transaction-pooled';
     }
     return 'session-pooled';
   } finally {
     await other.end().catch(() => {}); // the detection's own second connection: nothing of it is kept
   }
+}
+
+/** Where a connection goes (host, port, database, user): detections through one proxy take turns. */
+function targetOf(client: pg.ClientBase): string {
+  const c = client as unknown as { host?: string; port?: number; database?: string; user?: string };
+  return `${c.host}:${c.port}/${c.database}/${c.user}`;
 }
 
 /** A one-off client with a pool's own connection settings (for the detection's second connection). */

@@ -168,8 +168,16 @@ describe.skipIf(!runnable)('Patroni failover', () => {
       return child;
     });
     const writes = () => reports.filter((r) => r.applied !== undefined);
-    // Before the failover: some writes, and at least one stale write refused (a paused holder's).
-    await until('writes before the failover', async () => writes().length >= 20 && writes().some((r) => r.applied === false), 90_000);
+    // Before the failover: some writes, at least one stale write refused (a paused holder's), and the unfenced control
+    // rows already short of their writes. One refusal alone need not show there: when the newer holder paused too and
+    // had not written yet, the stale control write overwrote nothing. Lost updates only grow, and synchronous
+    // replication keeps them through the failover.
+    const lostOnLeader = async () => {
+      const at = `postgresql://postgres@127.0.0.1:${(await leader()).pgPort}/postgres`;
+      return (await query<{ lost: number }>(at, 'SELECT sum(writes - value)::int AS lost FROM control'))[0]!.lost;
+    };
+    await until('writes before the failover, and a lost update on the control rows', async () =>
+      writes().length >= 20 && writes().some((r) => r.applied === false) && (await lostOnLeader()) > 0, 90_000);
 
     // Kill the leader node: postgres first (SIGKILL, no shutdown), then its Patroni.
     const old = await leader();
@@ -214,7 +222,7 @@ describe.skipIf(!runnable)('Patroni failover', () => {
       expect(before.length).toBeGreaterThan(0);
       expect(after.length).toBeGreaterThan(0);
     }
-    // The refused (stale) writes are exactly what the unfenced control row lost.
+    // Stale writes were refused, and the unfenced control rows lost updates (fencing kept them off the fenced rows).
     const refused = writes().filter((r) => r.applied === false).length;
     const lost = control.reduce((n, c) => n + c.writes - c.value, 0);
     console.log(`[patroni] failover in ${((Date.now() - killedAt) / 1000).toFixed(0)} s (to recovery); applied ${applied.length}, refused ${refused}, control lost ${lost} updates`);

@@ -26,7 +26,7 @@ export function pgbouncerUnavailable(): string | null {
 export async function startPgBouncer(
   serverUrl: string,
   mode: 'transaction' | 'session' | 'statement',
-  opts: { maxClientConn?: number } = {},
+  opts: { maxClientConn?: number; defaultPoolSize?: number } = {},
 ): Promise<Bouncer> {
   const server = new URL(serverUrl);
   const port = await freePort();
@@ -47,7 +47,7 @@ export async function startPgBouncer(
       `auth_file = ${join(dir, 'users.txt')}`,
       `pool_mode = ${mode}`,
       `max_client_conn = ${opts.maxClientConn ?? 500}`,
-      'default_pool_size = 20',
+      `default_pool_size = ${opts.defaultPoolSize ?? 20}`,
       'ignore_startup_parameters = extra_float_digits,options',
       `logfile = ${join(dir, 'pgbouncer.log')}`,
       `pidfile = ${join(dir, 'pgbouncer.pid')}`,
