@@ -43,8 +43,9 @@ for (let i = 0; !stopping; i++) {
       emit({ kind, ambiguous: true, error: String(err?.code ?? err?.message ?? err), at: Date.now() });
       continue;
     }
-    await pool.query('UPDATE control SET value = $2, writes = writes + 1 WHERE id = $1', [row, rows[0].c + 1]);
+    // Reported before the control write: a failover may fail that one, and this write's outcome is known already.
     emit({ kind, token: String(token), applied: r.applied, at: Date.now() });
+    await pool.query('UPDATE control SET value = $2, writes = writes + 1 WHERE id = $1', [row, rows[0].c + 1]);
   } catch (err) {
     emit({ kind, error: String(err?.code ?? err?.message ?? err), at: Date.now() });
     await sleep(100);
