@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { createLocker, LockLostError, lockKey, LockUnavailableError, type LostEvent, PgfenceError } from '../src/index.js';
+import { createLocker, LockLostError, lockKey, LockUnavailableError, type LostEvent, migrate, PgfenceError } from '../src/index.js';
 import { appName, eventually, freePortUrl, killBackends, queryOnce, track, useMigratedDatabase, useTestDatabase } from './support/db.js';
 import { capturingLogger } from './support/log.js';
 import { pgDeprecationWarnings } from './support/no-pg-deprecations.js';
@@ -108,6 +108,34 @@ describe('a connection that ends under the first lease statement', () => {
       expect(await taking).toBeInstanceOf(PgfenceError);
       proxy.heal();
     } finally {
+      await proxy.close();
+    }
+  });
+});
+
+describe('a server that shuts down as a connection becomes ready', () => {
+  // Found by the exploration (an uncaught 57P01 while the server restarted): the shutdown message was read in the
+  // chunk that made a new pool connection ready, so it was emitted before the promise of pool.connect() let pgfence
+  // listen, with the pool's own listener already off: an uncaught exception.
+  it('a pinned session and migrate() reject typed, and nothing goes unheard', async () => {
+    const migrated = await useMigratedDatabase('faults_shutdown_ready');
+    const { proxy, url } = await proxyTo(migrated.url);
+    const uncaught: unknown[] = [];
+    const onUncaught = (err: unknown) => uncaught.push(err);
+    process.on('uncaughtException', onUncaught);
+    try {
+      proxy.shutDownWhenReady();
+      const locker = track(createLocker({ connectionString: url }));
+      expect(await locker.acquire('fault:shutdown-ready', { timeoutMs: 1000 }).catch((e: unknown) => e)).toBeInstanceOf(PgfenceError);
+      expect(await migrate({ connectionString: url }).catch((e: unknown) => e)).toBeInstanceOf(PgfenceError);
+      // Two turns of the event loop: an unheard 'error' event surfaces as an uncaught exception by then.
+      await new Promise((resolve) => setImmediate(resolve));
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(uncaught).toEqual([]);
+      proxy.heal();
+      await (await locker.acquire('fault:shutdown-ready', { timeoutMs: 5000 })).release();
+    } finally {
+      process.off('uncaughtException', onUncaught);
       await proxy.close();
     }
   });

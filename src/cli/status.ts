@@ -5,7 +5,7 @@
  */
 
 import pg from 'pg';
-import { clientLike, detectPinning, openPool, type Pinning, withApplicationName } from '../session/index.js';
+import { checkOut, clientLike, detectPinning, openPool, type Pinning, withApplicationName } from '../session/index.js';
 import { inspectDatabase, type LockEntry, type LockReport } from '../observe/index.js';
 import { booleanFlag, formatMs, numberFlag, type ParsedArgs } from './args.js';
 import { noPositionals, runCommand, type CommandSpec } from './command.js';
@@ -68,11 +68,11 @@ export async function run(argv: string[]): Promise<number> {
 
 /** Whether status reads through a pooler (checked once): pids and application names then are the pooler's server connections. */
 async function connectionKind(pool: pg.Pool): Promise<Pinning> {
-  const client = await pool.connect();
+  const { client, release } = await checkOut(pool);
   try {
     return await detectPinning(client, () => clientLike(pool, 10_000));
   } finally {
-    client.release();
+    release();
   }
 }
 

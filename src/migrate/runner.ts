@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import { LockUnavailableError, PgfenceError, pgSqlExecutor, type SqlExecutor } from '../core/index.js';
+import { checkOut, type CheckedOut } from '../session/index.js';
 import { readMigrationSet, type MigrationFolders, type MigrationSet } from './files.js';
 import {
   applyDefinition,
@@ -36,18 +37,18 @@ export async function runMigrations(opts: {
   });
   const lockTimeoutMs = opts.lockTimeoutMs ?? MIGRATION_LOCK_TIMEOUT_MS;
 
-  let client: pg.PoolClient;
-  try {
-    client = await opts.pool.connect();
-  } catch (err) {
-    throw new LockUnavailableError(`migrate() could not connect to PostgreSQL: ${(err as Error)?.message ?? String(err)}`, { cause: err });
-  }
   // A checked-out client has no 'error' listener of the pool's: without ours, a dropped connection would crash the process.
   let connectionFailed = false;
   const onError = () => {
     connectionFailed = true;
   };
-  client.on('error', onError);
+  let checkedOut: CheckedOut;
+  try {
+    checkedOut = await checkOut(opts.pool, onError);
+  } catch (err) {
+    throw new LockUnavailableError(`migrate() could not connect to PostgreSQL: ${(err as Error)?.message ?? String(err)}`, { cause: err });
+  }
+  const { client } = checkedOut;
   const db = pgSqlExecutor(client);
   let reusable = false;
   try {
@@ -67,8 +68,9 @@ export async function runMigrations(opts: {
   } catch (err) {
     throw asPgfenceError(err);
   } finally {
-    if (reusable) client.removeListener('error', onError);
-    client.release(!reusable);
+    // A connection that is not reused is ended, our listener kept: its end may still be reported.
+    if (reusable) checkedOut.release();
+    else client.release(true);
   }
 }
 

@@ -1,5 +1,6 @@
 import { PooledConnectionError, withDeadline } from '../core/index.js';
 import pg from 'pg';
+import { checkOut } from './check-out.js';
 import { openPool } from './multi-host.js';
 import type { Logger } from '../observe/index.js';
 import { clientLike, detectPinning, type Pinning } from './pooler-detection.js';
@@ -101,9 +102,9 @@ export class ConnectionSource {
   /** Checks a connection out and keeps it; `onError` hears of every error the client emits afterwards. */
   async pin(onError: (err: Error) => void): Promise<PinnedConnection> {
     if (this.refusal) throw this.refusal;
-    const client = await this.pinPool.connect();
+    // Heard from the moment of checkout (see checkOut): a shutdown read with the startup answer is an 'error' event.
+    const { client } = await checkOut(this.pinPool, onError);
     let destroyed = false;
-    client.on('error', onError);
     const conn: PinnedConnection = {
       client,
       destroy: () => {

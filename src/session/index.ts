@@ -1,4 +1,5 @@
 // The session area as the rest of pgfence sees it: other areas import from here, not from its files.
+export * from './check-out.js';
 export * from './connection-config.js';
 export * from './connection-source.js';
 export * from './listener.js';

@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import { isPreparedStatementMissing, type SqlExecutor } from '../core/index.js';
+import { checkOut } from './check-out.js';
 import type { ConnectionSource } from './connection-source.js';
 import type { SessionPool } from './session-pool.js';
 
@@ -94,26 +95,4 @@ async function isDirect(pool: pg.Pool): Promise<boolean> {
     release(err instanceof Error ? err : true);
     throw err;
   }
-}
-
-/**
- * pool.connect() with an error listener from the moment of checkout (the pool drops its own then): a
- * connection that ends under the query, or a shutdown message read with the one that made it ready,
- * is emitted as 'error' too, and unheard that is an uncaught exception. The query fails with it anyway.
- */
-function checkOut(pool: pg.Pool): Promise<{ client: pg.PoolClient; release(err?: Error | boolean): void }> {
-  return new Promise((resolve, reject) => {
-    pool.connect((err, client, done) => {
-      if (err || !client) return reject(err ?? new Error('no client'));
-      const onError = () => {};
-      client.on('error', onError);
-      resolve({
-        client,
-        release: (failed) => {
-          client.removeListener('error', onError);
-          done(failed);
-        },
-      });
-    });
-  });
 }

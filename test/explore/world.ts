@@ -167,6 +167,10 @@ export class World {
     const child = fork(CHILD, [], { execArgv: ['--import', LOADER], serialization: 'advanced', stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     actor.child = child;
     actor.process = `child:${actor.slot}:${child.pid}`;
+    // A child that dies by itself (an uncaught exception, say) leaves its calls unsettled: say so, or that is all one sees.
+    child.once('exit', (code) => {
+      if (code !== null && code !== 0) console.log(`[explore] the process of ${actor.id} (${actor.process}) exited by itself with code ${code}`);
+    });
     // Messages wait until the child listens (it says 'ready' once its modules are loaded).
     const early: ToChild[] = [];
     actor.send = (msg) => void early.push(msg);

@@ -12,6 +12,8 @@ export class TcpProxy {
   private repliesHeld = false;
   /** A client that closes leaves its server session open (keepServerSessions). */
   private keepServerSide = false;
+  /** New connections end as they become ready (shutDownWhenReady). */
+  private shutDownOnReady = false;
   /** While stalled (or replies are held): deliveries held for heal(), in order. */
   private held: (() => void)[] | null = null;
   port = 0;
@@ -40,7 +42,13 @@ export class TcpProxy {
           else this.held?.push(() => to.write(chunk));
         });
       forward(client, upstream, false);
-      forward(upstream, client, true);
+      if (this.shutDownOnReady) {
+        // The startup answer ends with ReadyForQuery: the shutdown message follows it in the same chunk.
+        upstream.once('data', (chunk) => {
+          client.end(Buffer.concat([chunk, ADMIN_SHUTDOWN]));
+          upstream.destroy();
+        });
+      } else forward(upstream, client, true);
       const end = () => {
         this.pairs.delete(pair);
         client.destroy();
@@ -87,8 +95,17 @@ export class TcpProxy {
     this.keepServerSide = true;
   }
 
+  /**
+   * From now on (until heal()) a new connection gets its startup answer and, read with it, the message of a
+   * server shutting down (FATAL 57P01), then its end: the server went down just as the connection became ready.
+   */
+  shutDownWhenReady(): void {
+    this.shutDownOnReady = true;
+  }
+
   heal(): void {
     this.blackholed = false;
+    this.shutDownOnReady = false;
     this.repliesHeld = false;
     for (const deliver of this.held?.splice(0) ?? []) deliver();
     this.held = null;
@@ -122,6 +139,15 @@ export class TcpProxy {
     await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
   }
 }
+
+/** An ErrorResponse as a server shutting down sends it to every session (FATAL 57P01). */
+const ADMIN_SHUTDOWN = (() => {
+  const fields = Buffer.from('SFATAL\0VFATAL\0C57P01\0Mterminating connection due to administrator command\0\0');
+  const head = Buffer.alloc(5);
+  head.write('E', 0);
+  head.writeInt32BE(fields.length + 4, 1);
+  return Buffer.concat([head, fields]);
+})();
 
 /** A proxy in front of the server of `url`, and `url` through it. */
 export async function proxyTo(url: string): Promise<{ proxy: TcpProxy; url: string }> {
