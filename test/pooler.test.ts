@@ -2,10 +2,11 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { createLocker, fencedUpdate, migrate, PooledConnectionError, xactLock, tryXactLock } from '../src/index.js';
+import { createLocker, fencedUpdate, migrate, PgfenceError, PooledConnectionError, xactLock, tryXactLock } from '../src/index.js';
 import { detectPinning } from '../src/session/pooler-detection.js';
 import { capabilityMissing } from './support/capability.js';
-import { appName, sleep, track, useTestDatabase } from './support/db.js';
+import { appName, eventually, sleep, track, useTestDatabase } from './support/db.js';
+import { proxyTo } from './support/tcp-proxy.js';
 import { type Bouncer, pgbouncerUnavailable, startPgBouncer } from './support/pgbouncer.js';
 
 /**
@@ -107,6 +108,23 @@ describe.skipIf(skipped)('behind PgBouncer', () => {
       await single.stop();
     }
   });
+
+  it("a detection whose second connection stops answering ends within the locker's deadline, and a later pin detects again", async () => {
+    // A proxy in front of the session-mode pooler: the detection's second connection (the second connection made)
+    // is answered at startup, then goes silent. A detection waiting on it for ever would hold up every later pin.
+    const { proxy, url } = await proxyTo(session.url(db.url));
+    try {
+      proxy.silenceAfterStartup(1);
+      const locker = track(createLocker({ connectionString: url, keepaliveMs: 1000 }));
+      expect(await locker.acquire('pool:detect-silent', { timeoutMs: 1000 }).catch((e: unknown) => e)).toBeInstanceOf(PgfenceError);
+      await eventually(async () => {
+        const handle = await locker.acquire('pool:detect-silent', { timeoutMs: 1000 }).catch(() => null);
+        return (await handle?.release()) === true;
+      }, 20_000, 'a session lock once the silent detection has ended');
+    } finally {
+      await proxy.close();
+    }
+  }, 30_000);
 
   it('semaphores work through the pooler (lease-backed permits, the default there): never more holders than permits', async () => {
     const lockers = [0, 1].map(() => track(createLocker({ connectionString: tx.url(db.url) })));

@@ -77,7 +77,8 @@ function targetOf(client: pg.ClientBase): string {
 /** A one-off client with a pool's own connection settings (for the detection's second connection). */
 export async function clientLike(pool: pg.Pool, connectTimeoutMs: number): Promise<pg.Client> {
   const options = (pool as unknown as { options?: pg.ClientConfig }).options ?? {};
-  const client = new pg.Client({ ...options, connectionTimeoutMillis: connectTimeoutMs });
+  // Its statements bounded too: a detection that never ended would hold up every later one through its target.
+  const client = new pg.Client({ ...options, connectionTimeoutMillis: connectTimeoutMs, query_timeout: connectTimeoutMs });
   client.on('error', () => {}); // it lives for three statements; an error then fails them
   await client.connect();
   return client;

@@ -12,6 +12,8 @@ export class TcpProxy {
   private repliesHeld = false;
   /** A client that closes leaves its server session open (keepServerSessions). */
   private keepServerSide = false;
+  /** Connections (by order of arrival) that go silent once their startup is answered (silenceAfterStartup). */
+  private readonly silencedAfterStartup = new Set<number>();
   /** New connections end as they become ready (shutDownWhenReady). */
   private shutDownOnReady = false;
   /** While stalled (or replies are held): deliveries held for heal(), in order. */
@@ -36,8 +38,13 @@ export class TcpProxy {
       const record = (into: { conn: number; at: number }[]) => () => void (this.blackholed || into.push({ conn, at: performance.now() }));
       client.on('data', record(this.toServer));
       upstream.on('data', record(this.toClient));
+      // Silenced after startup: the startup answer (the first chunk from the server) crosses, nothing after it.
+      let startedUp = false;
+      const silenced = () => startedUp && this.silencedAfterStartup.has(conn);
       const forward = (from: Socket, to: Socket, reply: boolean) =>
         from.on('data', (chunk) => {
+          if (silenced()) return;
+          if (reply) startedUp = true;
           if (!this.blackholed && !(reply && this.repliesHeld)) to.write(chunk);
           else this.held?.push(() => to.write(chunk));
         });
@@ -93,6 +100,11 @@ export class TcpProxy {
    */
   keepServerSessions(): void {
     this.keepServerSide = true;
+  }
+
+  /** The `conn`th connection from now (0: the next) has its startup answered, then no byte crosses either way. */
+  silenceAfterStartup(conn: number): void {
+    this.silencedAfterStartup.add(this.connections + conn);
   }
 
   /**
