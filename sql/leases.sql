@@ -155,16 +155,18 @@ END $$;
 -- live lease holds the name, since a name is one lock whatever its kind. A transaction lock cannot be
 -- given back before its transaction ends, except by rolling back the subtransaction that took it: it
 -- is taken inside the EXCEPTION block below, which rolls back (and so releases it) when a lease holds
--- the name. The lease is read by a query of its own after the grant: in READ COMMITTED its snapshot
--- sees every lease committed before the grant, and a lease committed after it could not be taken
--- (lease_acquire's lock try fails). Under REPEATABLE READ or SERIALIZABLE the transaction's snapshot
--- may be older than the grant: a lease row changed since that snapshot (by a commit, or by a
--- transaction still running) raises 40001, retry the transaction. Costs one subtransaction (no
--- transaction id, nothing written) and one index lookup.
+-- the name and the caller only tries, or when the wait ends at its bound. The lease is read by a query of
+-- its own after the grant: in READ COMMITTED its snapshot sees every lease committed before the grant, and
+-- a lease committed after it could not be taken (lease_acquire's lock try fails). Under REPEATABLE READ or
+-- SERIALIZABLE the transaction's snapshot may be older than the grant: a lease row changed since that
+-- snapshot (by a commit, or by a transaction still running) raises 40001, retry the transaction. Costs one
+-- subtransaction (no transaction id, nothing written) and one index lookup.
 -- p_wait false: one try; 1 = granted, 0 = a lock holds the name, 8 = a live lease holds it.
--- p_wait true: waits, bounded by the caller's lock_timeout (0: no bound), for the lock and for a lease
--- to end (a lease is not a lock PostgreSQL can queue on: looked at again every 50 ms at most, or at its
--- expiry); returns 1, or raises 55P03 at the bound. lock_timeout is as it was when this returns.
+-- p_wait true: waits, bounded by the caller's lock_timeout (0: no bound), for the lock, then, keeping it,
+-- for a lease to end (a lease is not a lock PostgreSQL can queue on: looked at again every 50 ms at most,
+-- or at its expiry), as lock_fenced does: holding the name's lock meanwhile, the waiter keeps its turn
+-- (nobody takes the name past it; a lease's renewal and release need no lock). Returns 1, or raises 55P03
+-- at the bound.
 CREATE OR REPLACE FUNCTION pgfence.admit_xact_lock(p_key bigint, p_shared boolean, p_wait boolean)
 RETURNS int
 LANGUAGE plpgsql VOLATILE AS $$
@@ -173,22 +175,21 @@ DECLARE
   deadline timestamptz;
   lease_left_ms float8;
   changed_by xid;
-  retimed boolean := false;
 BEGIN
   IF p_wait AND bound <> '0' THEN
     deadline := clock_timestamp() + bound::interval;
   END IF;
-  LOOP
-    BEGIN
-      IF NOT p_wait THEN
-        IF NOT (CASE WHEN p_shared THEN pg_try_advisory_xact_lock_shared(p_key) ELSE pg_try_advisory_xact_lock(p_key) END) THEN
-          RETURN 0;
-        END IF;
-      ELSIF p_shared THEN
-        PERFORM pg_advisory_xact_lock_shared(p_key);
-      ELSE
-        PERFORM pg_advisory_xact_lock(p_key);
+  BEGIN
+    IF NOT p_wait THEN
+      IF NOT (CASE WHEN p_shared THEN pg_try_advisory_xact_lock_shared(p_key) ELSE pg_try_advisory_xact_lock(p_key) END) THEN
+        RETURN 0;
       END IF;
+    ELSIF p_shared THEN
+      PERFORM pg_advisory_xact_lock_shared(p_key);
+    ELSE
+      PERFORM pg_advisory_xact_lock(p_key);
+    END IF;
+    LOOP
       SELECT CASE WHEN pgfence.lease_live_until(l) > clock_timestamp()
                   THEN extract(epoch FROM pgfence.lease_live_until(l) - clock_timestamp()) * 1000 END, l.xmax
         INTO lease_left_ms, changed_by
@@ -199,29 +200,21 @@ BEGIN
           USING ERRCODE = '40001';
       END IF;
       IF lease_left_ms IS NULL THEN
-        IF retimed THEN
-          PERFORM set_config('lock_timeout', bound, true);
-        END IF;
         RETURN 1;
       END IF;
-      RAISE EXCEPTION USING ERRCODE = 'PGF08';  -- a live lease: roll back, and the lock with it
-    EXCEPTION WHEN SQLSTATE 'PGF08' THEN
-      NULL;
-    END;
-    IF NOT p_wait THEN
-      RETURN 8;
-    END IF;
-    IF deadline IS NOT NULL AND clock_timestamp() >= deadline THEN
-      RAISE EXCEPTION 'pgfence: a lease of key % held the name past lock_timeout (%)', p_key, bound USING ERRCODE = '55P03';
-    END IF;
-    PERFORM pg_sleep(least(0.05, greatest(0.001, lease_left_ms / 1000.0),
-                           coalesce(greatest(0.001, extract(epoch FROM deadline - clock_timestamp())), 0.05)));
-    IF deadline IS NOT NULL THEN
-      -- The next wait for the lock gets what is left of the bound (set locally; put back on success).
-      PERFORM set_config('lock_timeout', greatest(1, ceil(extract(epoch FROM deadline - clock_timestamp()) * 1000))::bigint || 'ms', true);
-      retimed := true;
-    END IF;
-  END LOOP;
+      IF NOT p_wait THEN
+        RAISE EXCEPTION USING ERRCODE = 'PGF08';  -- a live lease: roll back, and the lock with it
+      END IF;
+      -- At the bound the error rolls the subtransaction back, and the lock with it.
+      IF deadline IS NOT NULL AND clock_timestamp() >= deadline THEN
+        RAISE EXCEPTION 'pgfence: a lease of key % held the name past lock_timeout (%)', p_key, bound USING ERRCODE = '55P03';
+      END IF;
+      PERFORM pg_sleep(least(0.05, greatest(0.001, lease_left_ms / 1000.0),
+                             coalesce(greatest(0.001, extract(epoch FROM deadline - clock_timestamp())), 0.05)));
+    END LOOP;
+  EXCEPTION WHEN SQLSTATE 'PGF08' THEN
+    RETURN 8;
+  END;
 END $$;
 
 -- The status of a transaction by its 32-bit id, as seen in a row's xmax: 'committed', 'aborted' or
