@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { appName, eventually, freePortUrl, killBackends, useMigratedDatabase, useTestDatabase } from './support/db.js';
+import { processGone } from './support/process.js';
 
 const MAIN = fileURLToPath(new URL('../dist/cli/main.js', import.meta.url));
 const CHILD = fileURLToPath(new URL('./fixtures/cli/child.mjs', import.meta.url));
@@ -418,14 +419,7 @@ describe('pgfence run', () => {
     expect(r.stderr).toContain('sending SIGKILL');
     expect(r.stderr).toMatch(/killed by SIGKILL after lock "cli:kill" was lost/);
     // Gone: waited for as a state (the check once failed in CI right after pgfence exited, the cause unknown).
-    await eventually(() => {
-      try {
-        process.kill(pid, 0);
-        return false;
-      } catch {
-        return true;
-      }
-    }, 5000, 'the child process to be gone');
+    await eventually(() => processGone(pid), 5000, 'the child process to be gone');
   });
 
   it('--ttl bounds an advisory hold: past it the child is stopped and the exit is 70', async () => {

@@ -11,6 +11,7 @@ import { createLocker, LockTimeoutError, lockKey, migrate, type LockHandle } fro
 import { releaseLeaseSql, renewLeaseSql } from '../src/lease/lease-sql.js';
 import { appName, eventually, track, useMigratedDatabase } from './support/db.js';
 import { startEmbedded, withTimeout } from './support/server.js';
+import { processGone } from './support/process.js';
 
 let db: Awaited<ReturnType<typeof useMigratedDatabase>>;
 let admin: pg.Pool;
@@ -147,14 +148,7 @@ describe('fencing tokens', () => {
       // Crash: immediate shutdown (SIGQUIT), no flush of anything not yet on disk; then recovery.
       const pid = Number((await readFile(join(server.dir, 'data', 'postmaster.pid'), 'utf8')).split('\n')[0]);
       process.kill(pid, 'SIGQUIT');
-      await eventually(() => {
-        try {
-          process.kill(pid, 0);
-          return false;
-        } catch {
-          return true;
-        }
-      }, 15_000, 'the crashed server to exit');
+      await eventually(() => processGone(pid), 15_000, 'the crashed server to exit');
       await locker.close();
       await server.restart();
 

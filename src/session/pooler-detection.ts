@@ -51,7 +51,7 @@ export async function detectPinning(client: pg.ClientBase, openOther: () => Prom
 }
 
 /** The rounds behind a proxy: another connection's probe, then this one's again (it left `${mark}:0` already). */
-export async function probePinning(client: pg.ClientBase, openOther: () => Promise<pg.Client>, mark: string, firstPid: number): Promise<Pinning> {
+async function probePinning(client: pg.ClientBase, openOther: () => Promise<pg.Client>, mark: string, firstPid: number): Promise<Pinning> {
   // Its turn may have come after others' detections: its server must still be its own, with its own mark.
   const again0 = await probe(client, `${mark}:0`);
   if (again0.pid !== firstPid || again0.seen !== `${mark}:0`) return 'transaction-pooled';

@@ -65,3 +65,13 @@ export function startProcess(command: string, args: string[], opts: { env: NodeJ
   };
   return { proc, out, done, line };
 }
+
+/** No process with this pid exists any more (exited and reaped): signal 0 checks without sending anything. */
+export function processGone(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return false;
+  } catch {
+    return true;
+  }
+}
