@@ -1,7 +1,7 @@
 // `npm run build`: dist/ as published.
 //  1. tsc emits every module of src/ into dist/, each with its .d.ts (the declarations users get, and
 //     the per-file modules the CLI, the bench and the tests' child processes load).
-//  2. esbuild then overwrites the public entry points (dist/index.js, dist/kysely/index.js,
+//  2. esbuild then overwrites the public entry points (dist/index.js, dist/adapters/kysely/index.js,
 //     dist/pg-boss/index.js) with bundles of that same tsc output, their shared code in dist/chunks/:
 //     a new process then reads a handful of files instead of ~100, which is most of what loading
 //     pgfence costs. Packages (pg, kysely, pg-boss, @opentelemetry/api) stay external peers.

@@ -40,8 +40,8 @@ export type { FencedXactLockOptions, FencedXactLockResult, XactLockOptions, Xact
 export { fencedClaim, fencedUpdate } from './fencing/index.js';
 export type { FencedUpdateResult, FencedUpdateSpec } from './fencing/index.js';
 export type { FencedClaimResult, FencedClaimSpec } from './fencing/index.js';
-export { fencingColumnSql } from './fencing/index.js';
-export type { FencingColumnOptions } from './fencing/index.js';
+export { fencingColumnSql, versionColumnSql, versionedUpdate } from './fencing/index.js';
+export type { FencingColumnOptions, VersionColumnOptions, VersionedUpdateResult, VersionedUpdateSpec } from './fencing/index.js';
 export type { LeaseHandle } from './lease/index.js';
 export type { DemotedEvent, DemotionReason, ElectedEvent, LeaderElection, LeaderEvents, WhenElectedOptions } from './lease/index.js';
 export { migrate } from './migrate/index.js';

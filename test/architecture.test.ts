@@ -39,9 +39,9 @@ describe('architecture', () => {
     // keys -> session -> advisory | lease -> fencing -> observe; wait is the mechanism the kinds plug into.
     const forbidden: Record<string, string[]> = {
       core: [...areas].filter((a) => a !== 'core'),
-      session: ['advisory', 'lease', 'wait', 'fencing', 'kysely', 'pg-boss', 'cli', 'bench', 'migrate'],
-      wait: ['advisory', 'lease', 'kysely', 'pg-boss', 'cli', 'bench'],
-      fencing: ['advisory', 'lease', 'wait', 'session', 'kysely', 'pg-boss', 'cli', 'bench'],
+      session: ['advisory', 'lease', 'wait', 'fencing', 'adapters', 'pg-boss', 'cli', 'bench', 'migrate'],
+      wait: ['advisory', 'lease', 'adapters', 'pg-boss', 'cli', 'bench'],
+      fencing: ['advisory', 'lease', 'wait', 'session', 'adapters', 'pg-boss', 'cli', 'bench'],
       // Tools side by side: what the bench and the CLI both need lives below them (core, session).
       bench: ['cli'],
     };
@@ -57,7 +57,7 @@ describe('architecture', () => {
   });
 
   it("imports no package entry point except from another entry point (they are bundled, the rest is tsc's per-file output)", () => {
-    // scripts/build.mjs replaces dist/index.js, dist/kysely/index.js and dist/pg-boss/index.js with
+    // scripts/build.mjs replaces dist/index.js, dist/adapters/kysely/index.js and dist/pg-boss/index.js with
     // bundles; a per-file module (the CLI, the demo's worker) importing one would run the bundle's
     // copy of every class beside its own, and instanceof would fail across the two.
     const manifest = JSON.parse(readFileSync(join(SRC, '..', 'package.json'), 'utf8')) as { exports: Record<string, string | { default: string }> };
@@ -65,7 +65,7 @@ describe('architecture', () => {
       .map((target) => (typeof target === 'string' ? target : target.default))
       .filter((target) => target.startsWith('./dist/') && target.endsWith('.js'))
       .map((target) => target.replace(/^\.\/dist\//, '').replace(/\.js$/, '.ts'));
-    expect(entries).toEqual(['index.ts', 'kysely/index.ts', 'pg-boss/index.ts']);
+    expect(entries).toEqual(['index.ts', ...['kysely', 'postgres', 'prisma', 'drizzle', 'typeorm', 'knex'].map((a) => `adapters/${a}/index.ts`), 'pg-boss/index.ts']);
     const wrong: string[] = [];
     for (const [file, targets] of importGraph(SRC)) {
       for (const target of targets) if (entries.includes(target) && !entries.includes(file)) wrong.push(`${file} -> ${target}`);

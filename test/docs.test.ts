@@ -58,7 +58,7 @@ describe('documentation code blocks', () => {
     const blocks = [...kinds('ts'), ...kinds('js').filter((b) => !b.flags.includes('run'))];
     const exportsOf = {
       pgfence: Object.keys(await import(pathToFileURL(join(root, 'dist/index.js')).href)),
-      'pgfence/kysely': Object.keys(await import(pathToFileURL(join(root, 'dist/kysely/index.js')).href)),
+      'pgfence/kysely': Object.keys(await import(pathToFileURL(join(root, 'dist/adapters/kysely/index.js')).href)),
       'pgfence/pg-boss': Object.keys(await import(pathToFileURL(join(root, 'dist/pg-boss/index.js')).href)),
     };
     const files = new Map<string, CodeBlock>();

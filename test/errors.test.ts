@@ -15,7 +15,7 @@ import {
   PgfenceError,
   type Locker,
 } from '../src/index.js';
-import * as kyselyFencing from '../src/kysely/index.js';
+import * as kyselyFencing from '../src/adapters/kysely/index.js';
 import { appName, eventually, killBackends, track, useMigratedDatabase } from './support/db.js';
 
 /** Errors that say what happened: a closed locker is not an outage; a refusal names the case and the fix. */

@@ -12,7 +12,7 @@ import {
   lockKey,
   xactLock,
 } from '../src/index.js';
-import * as kyselyLocks from '../src/kysely/index.js';
+import * as kyselyLocks from '../src/adapters/kysely/index.js';
 import { migrate } from '../src/migrate/index.js';
 import { eventually, sleep, track, useMigratedDatabase } from './support/db.js';
 import { startEmbedded } from './support/server.js';

@@ -9,7 +9,7 @@ import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { InvalidArgumentError, LockUnavailableError, PgfenceError } from '../src/core/errors.js';
-import { migrationProviderFor, pgfenceMigrations, type PgfenceMigrationProvider } from '../src/kysely/migrations.js';
+import { migrationProviderFor, pgfenceMigrations, type PgfenceMigrationProvider } from '../src/adapters/kysely/migrations.js';
 import { planDefinitionMigrations, readDefinitionLog, DEFINITION_LOG_FILE } from '../src/migrate/definition-sets.js';
 import { readMigrationSet, type MigrationFolders } from '../src/migrate/files.js';
 import { migrate } from '../src/migrate/index.js';

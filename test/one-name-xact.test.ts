@@ -5,7 +5,7 @@ import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLocker, LockTimeoutError, lockKey, tryXactLock, xactLock, type Locker } from '../src/index.js';
-import * as k from '../src/kysely/index.js';
+import * as k from '../src/adapters/kysely/index.js';
 import { migrate } from '../src/migrate/index.js';
 import { statementsSent } from './support/statements-sent.js';
 import { eventually, track, useMigratedDatabase, useTestDatabase } from './support/db.js';

@@ -201,7 +201,7 @@ void use;
 describe('the packed package', () => {
   it('contains the build, the migrations, the SQL definitions, the bin and the licence, and nothing stray', async () => {
     const paths = files.map((f) => f.path);
-    for (const path of ['dist/index.js', 'dist/index.d.ts', 'dist/kysely/index.d.ts', 'dist/pg-boss/index.d.ts', 'dist/cli/main.js']) {
+    for (const path of ['dist/index.js', 'dist/index.d.ts', 'dist/adapters/kysely/index.d.ts', 'dist/pg-boss/index.d.ts', 'dist/cli/main.js']) {
       expect(paths).toContain(path);
     }
     expect(paths).toContain('migrations/0001_schema.sql');

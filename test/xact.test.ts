@@ -11,7 +11,7 @@ import {
   tryXactLock,
   xactLock,
 } from '../src/index.js';
-import * as k from '../src/kysely/index.js';
+import * as k from '../src/adapters/kysely/index.js';
 import { eventually, sleep, useMigratedDatabase } from './support/db.js';
 import { proxyTo } from './support/tcp-proxy.js';
 

@@ -2,6 +2,7 @@ import type pg from 'pg';
 import { pgSqlExecutor } from '../core/index.js';
 import { fencedClaimWith, type FencedClaimResult, type FencedClaimSpec } from './fenced-claim.js';
 import { fencedUpdateWith, type FencedUpdateResult, type FencedUpdateSpec } from './fenced-update.js';
+import { versionedUpdateWith, type VersionedUpdateResult, type VersionedUpdateSpec } from './versioned-update.js';
 
 /**
  * A guarded UPDATE through node-postgres (a client, a pool client or a pool): applied only where the
@@ -35,4 +36,20 @@ export async function fencedClaim<Row extends Record<string, unknown> = Record<s
   spec: FencedClaimSpec,
 ): Promise<FencedClaimResult<Row>> {
   return fencedClaimWith<Row>(pgSqlExecutor(client), spec);
+}
+
+/**
+ * Optimistic concurrency without a lock, through node-postgres: one UPDATE that writes `set` and
+ * `version + 1` only where the row still has the version you read. Resolves with `applied`, or why not
+ * ('conflict': someone wrote it since, with `currentVersion`; 'missing': no row matched).
+ *
+ * @example
+ * ```ts fragment
+ * const [doc] = (await pool.query('SELECT body, version FROM documents WHERE id = $1', [7])).rows;
+ * const r = await versionedUpdate(pool, { table: 'documents', set: { body: doc.body + '!' }, where: { id: 7 }, version: BigInt(doc.version) });
+ * if (!r.applied) console.log(r.reason, r.currentVersion); // 'conflict': read again and retry
+ * ```
+ */
+export async function versionedUpdate(client: pg.ClientBase | pg.Pool, spec: VersionedUpdateSpec): Promise<VersionedUpdateResult> {
+  return versionedUpdateWith(pgSqlExecutor(client), spec);
 }

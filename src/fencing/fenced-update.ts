@@ -1,7 +1,7 @@
 import { describeType, InvalidArgumentError, type SqlExecutor } from '../core/index.js';
 import { optionKeys, optionsObject } from '../options.js';
 import { guardedWriteError } from './guarded-error.js';
-import { DEFAULT_FENCING_COLUMN, quoteColumn, quoteTable } from './identifiers.js';
+import { bareIdentifier, DEFAULT_FENCING_COLUMN, quoteColumn, quoteTable } from './identifiers.js';
 
 export interface FencedUpdateSpec {
   /** `table` or `schema.table` (plain identifiers, case kept). */
@@ -34,26 +34,25 @@ export interface FencedUpdateResult {
   currentToken?: bigint;
 }
 
-/** The parts every guarded statement shares: quoted names, the token as $1, the row filter. */
-interface GuardedTarget {
+/** The parts every guarded statement shares: quoted names, the guard's value as $1, the row filter. */
+export interface GuardedTarget {
   table: string;
   column: string;
-  token: bigint;
   values: unknown[];
   /** Adds a value as the next parameter and returns its placeholder. */
   param(value: unknown): string;
   /** The `where` equalities, ANDed. */
   conditions: string;
-  /** `(column IS NULL OR column <= $1)`: the fencing guard. */
-  guard: string;
 }
 
-/** Validates a spec's table, column, token and `where` (before any I/O) and prepares their SQL. */
-export function guardedTarget(s: { table?: unknown; where?: unknown; token?: unknown; column?: unknown }): GuardedTarget {
+/**
+ * Validates a spec's table, column and `where` (before any I/O) and prepares their SQL, with `first`
+ * (the token or the version the guard compares with, already validated) as $1.
+ */
+export function rowTarget(s: { table?: unknown; where?: unknown; column?: unknown }, defaultColumn: string, first: unknown): GuardedTarget {
   const table = quoteTable(s.table);
-  const column = quoteColumn(s.column ?? DEFAULT_FENCING_COLUMN, 'column');
-  const token = checkToken(s.token);
-  const values: unknown[] = [token];
+  const column = quoteColumn(s.column ?? defaultColumn, 'column');
+  const values: unknown[] = [first];
   const param = (v: unknown) => {
     values.push(v);
     return `$${values.length}`;
@@ -64,7 +63,23 @@ export function guardedTarget(s: { table?: unknown; where?: unknown; token?: unk
       return value === null ? `${col} IS NULL` : `${col} = ${param(value)}`;
     })
     .join(' AND ');
-  return { table, column, token, values, param, conditions, guard: `(${column} IS NULL OR ${column} <= $1)` };
+  return { table, column, values, param, conditions };
+}
+
+/** rowTarget for a fencing token, with the guard `(column IS NULL OR column <= $1)`. */
+export function guardedTarget(s: { table?: unknown; where?: unknown; token?: unknown; column?: unknown }): GuardedTarget & { token: bigint; guard: string } {
+  const token = checkToken(s.token);
+  const t = rowTarget(s, DEFAULT_FENCING_COLUMN, token);
+  return { ...t, token, guard: `(${t.column} IS NULL OR ${t.column} <= $1)` };
+}
+
+/** `set`'s assignments as SQL (values as parameters); `column` (the guard's own) may not be among them. */
+export function assignmentsOf(set: unknown, t: GuardedTarget, allowEmpty: boolean, writtenBy: string): string[] {
+  return entriesOf(set, 'set', allowEmpty).map(([name, value]) => {
+    const col = quoteColumn(name, `set.${name}`);
+    if (col === t.column) throw new InvalidArgumentError(`set.${name}`, `the ${bareIdentifier(t.column)} column is written by ${writtenBy} itself`);
+    return `${col} = ${t.param(value)}`;
+  });
 }
 
 /**
@@ -76,12 +91,7 @@ export function guardedTarget(s: { table?: unknown; where?: unknown; token?: unk
 function fencedUpdateQuery(spec: FencedUpdateSpec): { text: string; values: unknown[] } {
   const s = optionsObject<FencedUpdateSpec>(spec, 'fencedUpdate spec', FENCED_UPDATE_SPEC_KEYS);
   const t = guardedTarget(s);
-  const setEntries = entriesOf(s.set, 'set', true);
-  const assignments = setEntries.map(([name, value]) => {
-    const col = quoteColumn(name, `set.${name}`);
-    if (col === t.column) throw new InvalidArgumentError(`set.${name}`, 'the fencing column is written by fencedUpdate itself');
-    return `${col} = ${t.param(value)}`;
-  });
+  const assignments = assignmentsOf(s.set, t, true, 'fencedUpdate');
   // The counts read the statement's snapshot, from before the UPDATE: matched - written = refused.
   // The CTE's name has a space: no table name that passes validation can be shadowed by it.
   const text = `WITH "pgfence updated" AS (

@@ -1,6 +1,9 @@
 import { booleanOption, optionKeys, optionsObject } from '../options.js';
 import { bareIdentifier, DEFAULT_FENCING_COLUMN, quoteColumn, quoteTable } from './identifiers.js';
 
+/** The version column of a versioned table (versionedUpdate) unless the caller names another. */
+export const DEFAULT_VERSION_COLUMN = 'version';
+
 export interface FencingColumnOptions {
   /** Default 'fencing_token'. */
   column?: string;
@@ -33,4 +36,24 @@ export function fencingColumnSql(table: string, opts?: FencingColumnOptions): st
     );
   }
   return statements.join('\n');
+}
+
+export interface VersionColumnOptions {
+  /** Default 'version'. */
+  column?: string;
+}
+const VERSION_COLUMN_OPTION_KEYS = optionKeys<VersionColumnOptions>({ column: true });
+
+/**
+ * The SQL that adds a version column (bigint NOT NULL DEFAULT 0) to one of your tables, for
+ * versionedUpdate. Idempotent.
+ *
+ * @example
+ * ```ts fragment
+ * await pool.query(versionColumnSql('documents')); // ALTER TABLE "documents" ADD COLUMN IF NOT EXISTS "version" bigint NOT NULL DEFAULT 0;
+ * ```
+ */
+export function versionColumnSql(table: string, opts?: VersionColumnOptions): string {
+  const o = optionsObject<VersionColumnOptions>(opts, 'versionColumnSql options', VERSION_COLUMN_OPTION_KEYS);
+  return `ALTER TABLE ${quoteTable(table)} ADD COLUMN IF NOT EXISTS ${quoteColumn(o.column ?? DEFAULT_VERSION_COLUMN, 'column')} bigint NOT NULL DEFAULT 0;`;
 }

@@ -1,13 +1,14 @@
 import { InvalidArgumentError, isConnectionLost, LockUnavailableError, PgfenceError, sqlState, SQLSTATE, StaleTokenError } from '../core/index.js';
-import { fencingColumnSql } from './fencing-column.js';
+import { DEFAULT_VERSION_COLUMN, fencingColumnSql, versionColumnSql } from './fencing-column.js';
 import { DEFAULT_FENCING_COLUMN } from './identifiers.js';
 
 /** The guarded statement that failed, as its caller asked for it (the spec passed validation). */
 export interface GuardedCall {
-  call: 'fencedUpdate' | 'fencedClaim' | 'fenced';
+  call: 'fencedUpdate' | 'fencedClaim' | 'fenced' | 'versionedUpdate' | 'versioned';
   table: string;
   column?: string;
-  token: bigint;
+  /** The holder's token (fenced calls; versioned ones compare a version instead). */
+  token?: bigint;
   set?: Record<string, unknown>;
   where: Record<string, unknown>;
 }
@@ -24,20 +25,23 @@ export function guardedWriteError(err: unknown, c: GuardedCall): PgfenceError {
   const message = err instanceof Error ? err.message : String(err);
   const code = sqlState(err);
   const table = `"${c.table}"`;
-  if (code === SQLSTATE.staleToken) {
+  if (code === SQLSTATE.staleToken && c.token !== undefined) {
     const stale = new StaleTokenError(c.token, undefined, message);
     (stale as { cause?: unknown }).cause = err;
     return stale;
   }
   if (isConnectionLost(err)) return new LockUnavailableError(`${c.call} on ${table}: the connection failed: ${message}`, { cause: err });
-  const column = c.column ?? DEFAULT_FENCING_COLUMN;
+  const versioned = c.call === 'versionedUpdate' || c.call === 'versioned';
+  const column = c.column ?? (versioned ? DEFAULT_VERSION_COLUMN : DEFAULT_FENCING_COLUMN);
   const missingColumn = code === SQLSTATE.undefinedColumn ? /column "([^"]+)"/.exec(message)?.[1] : undefined;
   if (missingColumn === column) {
-    const add = fencingColumnSql(c.table, c.column === undefined ? undefined : { column: c.column });
+    const options = c.column === undefined ? undefined : { column: c.column };
+    const add = versioned ? versionColumnSql(c.table, options) : fencingColumnSql(c.table, options);
+    const helper = versioned ? 'versionColumnSql(table)' : 'fencingColumnSql(table)';
     return new PgfenceError(
       'PGFENCE_NOT_MIGRATED',
-      `${c.call}: table ${table} has no fencing column "${column}": add it once with \`${add}\` ` +
-        '(fencingColumnSql(table) returns that statement; addFencingColumn(db, table) runs it in a Kysely migration)',
+      `${c.call}: table ${table} has no ${versioned ? 'version' : 'fencing'} column "${column}": add it once with \`${add}\` ` +
+        `(${helper} returns that statement; each data-layer adapter also offers it as a migration of its own)`,
       { cause: err },
     );
   }

@@ -6,3 +6,4 @@ export * from './fencing-column.js';
 export * from './guarded-error.js';
 export * from './identifiers.js';
 export * from './token-sql.js';
+export * from './versioned-update.js';

@@ -8,7 +8,7 @@
 import type { Kysely } from 'kysely';
 import pg from 'pg';
 import { fencedUpdate, PgfenceError } from '../../src/index.js';
-import * as kyselyLocks from '../../src/kysely/index.js';
+import * as kyselyLocks from '../../src/adapters/kysely/index.js';
 import type { ErrorInfo, HoldRecord, Mode, OpName, OpRecord, Recorded, WriteRecord } from './history.js';
 import { now } from './history.js';
 import { detectionBoundMs, type KindAdapter, type KindContext, type KindHold, type KindLocker, type WriteExecutor, type WriteOutcome } from './kinds/index.js';

@@ -37,7 +37,7 @@ export function sourceExamples(root: string): CodeBlock[] {
   const out: CodeBlock[] = [];
   for (const file of walk(join(root, 'src')).filter((f) => f.endsWith('.ts'))) {
     const path = relative(root, file);
-    const module = path.startsWith('src/kysely/') ? 'pgfence/kysely' : path.startsWith('src/pg-boss/') ? 'pgfence/pg-boss' : 'pgfence';
+    const module = path.startsWith('src/adapters/kysely/') ? 'pgfence/kysely' : path.startsWith('src/pg-boss/') ? 'pgfence/pg-boss' : 'pgfence';
     const lines = readFileSync(file, 'utf8').split('\n');
     lines.forEach((line, i) => {
       if (!/^\s*\*\s*@example\s*$/.test(line)) return;

@@ -1,7 +1,7 @@
 import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import { createLocker, lockKey, tryXactLock, xactLock, type Locker } from '../../src/index.js';
-import * as kyselyLocks from '../../src/kysely/index.js';
+import * as kyselyLocks from '../../src/adapters/kysely/index.js';
 import { appName, eventually, killBackends, queryOnce } from './db.js';
 import { advisoryLocksOf, leaseLive } from './server-locks.js';
 import { proxyTo } from './tcp-proxy.js';

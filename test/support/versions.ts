@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import type { Kysely } from 'kysely';
-import type { PgfenceMigrationProvider } from '../../src/kysely/migrations.js';
+import type { PgfenceMigrationProvider } from '../../src/adapters/kysely/migrations.js';
 
 const root = new URL('../../', import.meta.url);
 

@@ -1,7 +1,7 @@
 /** Transaction advisory locks through pgfence/kysely, in Kysely controlled transactions, one per hold. */
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import type pg from 'pg';
-import * as kyselyLocks from '../../../src/kysely/index.js';
+import * as kyselyLocks from '../../../src/adapters/kysely/index.js';
 import { driver, SESSION_SCOPED, type KindAdapter, statementGuardMs, transactionHold, transactionPool } from './kind.js';
 
 export const xactKysely: KindAdapter = {

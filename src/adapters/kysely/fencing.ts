@@ -1,5 +1,5 @@
 import type { Kysely, Selectable, Transaction, Updateable } from 'kysely';
-import { type FencedClaimResult, type FencedClaimSpec, fencedClaimWith, type FencedUpdateResult, type FencedUpdateSpec, fencedUpdateWith, type FencingColumnOptions, fencingColumnSql } from '../fencing/index.js';
+import { type FencedClaimResult, type FencedClaimSpec, fencedClaimWith, type FencedUpdateResult, type FencedUpdateSpec, fencedUpdateWith, type FencingColumnOptions, fencingColumnSql, type VersionColumnOptions, versionColumnSql, versionedUpdateWith, type VersionedUpdateResult, type VersionedUpdateSpec } from '../../fencing/index.js';
 import { kyselySqlExecutor, type AnyKysely } from './sql-executor.js';
 
 /** The tables of a Kysely database type, by the names Kysely uses (`schema.table` included). */
@@ -82,4 +82,48 @@ export async function fencedClaim<DB, TB extends TableName<DB>, C extends string
 export async function addFencingColumn(db: AnyKysely, table: string, opts?: FencingColumnOptions): Promise<void> {
   const text = fencingColumnSql(table, opts);
   await kyselySqlExecutor(db).script(text);
+}
+
+/** versionedUpdate's spec, checked against the Kysely database type. */
+export interface KyselyVersionedUpdateSpec<DB, TB extends TableName<DB>, C extends string = 'version'> {
+  table: TB;
+  /** Columns to write (not the version column: versionedUpdate writes `version + 1` there). */
+  set: Omit<Updateable<DB[TB]>, C>;
+  /** Equality conditions (null means IS NULL) selecting the rows; at least one. */
+  where: { [K in ColumnName<DB, TB>]?: Selectable<DB[TB]>[K] | null };
+  /** The version you read (a bigint, or a safe integer number). */
+  version: bigint | number;
+  /** The version column; default 'version'. */
+  column?: C & ColumnName<DB, TB>;
+}
+
+/**
+ * versionedUpdate for Kysely: optimistic concurrency, no lock. Writes `set` and `version + 1` only where
+ * the row still has the version you read; 'conflict' (with `currentVersion`) when someone wrote it since.
+ *
+ * @example
+ * ```ts fragment
+ * const doc = await db.selectFrom('documents').select(['body', 'version']).where('id', '=', 7).executeTakeFirstOrThrow();
+ * const r = await versionedUpdate(db, { table: 'documents', set: { body: doc.body + '!' }, where: { id: 7 }, version: doc.version });
+ * if (!r.applied) console.log(r.reason); // 'conflict': read again and retry
+ * ```
+ */
+export async function versionedUpdate<DB, TB extends TableName<DB>, C extends string = 'version'>(
+  db: Kysely<DB> | Transaction<DB>,
+  spec: KyselyVersionedUpdateSpec<DB, TB, C>,
+): Promise<VersionedUpdateResult> {
+  return versionedUpdateWith(kyselySqlExecutor(db), spec as unknown as VersionedUpdateSpec);
+}
+
+/**
+ * Adds the version column (bigint NOT NULL DEFAULT 0) to one of your tables, inside your own Kysely
+ * migrations: `up: (db) => addVersionColumn(db, 'documents')`.
+ *
+ * @example
+ * ```ts fragment
+ * const up = (db: Kysely<any>) => addVersionColumn(db, 'documents');
+ * ```
+ */
+export async function addVersionColumn(db: AnyKysely, table: string, opts?: VersionColumnOptions): Promise<void> {
+  await kyselySqlExecutor(db).script(versionColumnSql(table, opts));
 }

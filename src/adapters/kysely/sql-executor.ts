@@ -1,5 +1,5 @@
 import { CompiledQuery, type Kysely } from 'kysely';
-import { describeType, InvalidArgumentError, type SqlExecutor } from '../core/index.js';
+import { describeType, InvalidArgumentError, type SqlExecutor } from '../../core/index.js';
 
 /**
  * A Kysely instance or transaction of any database type (a Transaction is a Kysely too): the lock

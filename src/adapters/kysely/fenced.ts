@@ -1,7 +1,7 @@
 import { type CompiledQuery, type KyselyPlugin, type OperationNode, sql, type UpdateQueryBuilder, type UpdateQueryNode } from 'kysely';
-import { describeType, InvalidArgumentError } from '../core/index.js';
-import { optionKeys, optionsObject } from '../options.js';
-import { bareIdentifier, checkToken, DEFAULT_FENCING_COLUMN, type FencedUpdateResult, fencedUpdateResult, type GuardedCounts, guardedWriteError, quoteColumn } from '../fencing/index.js';
+import { describeType, InvalidArgumentError } from '../../core/index.js';
+import { optionKeys, optionsObject } from '../../options.js';
+import { bareIdentifier, checkToken, DEFAULT_FENCING_COLUMN, type FencedUpdateResult, fencedUpdateResult, type GuardedCounts, guardedWriteError, quoteColumn } from '../../fencing/index.js';
 
 /** A guarded Kysely update, ready to run: `execute()` reports what it wrote and what it refused, and why. */
 export interface FencedUpdateQuery {

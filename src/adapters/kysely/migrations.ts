@@ -1,5 +1,6 @@
-import type { SqlExecutor } from '../core/index.js';
-import { appliedDefinitions, appliedMigrations, applyDefinition, applyMigration, assertNoEditedMigrations, changedDefinitions, ensureHistoryTables, lockMigrationsForTransaction, MIGRATION_LOCK_TIMEOUT_MS, type MigrationFile, type MigrationFolders, type MigrationSet, packageFolders, planDefinitionMigrations, readDefinitionLog, readMigrationSet } from '../migrate/index.js';
+import type { SqlExecutor } from '../../core/index.js';
+import type { MigrationFolders } from '../../migrate/index.js';
+import { schemaMigrationSteps } from '../shared/index.js';
 import { kyselySqlExecutor, type AnyKysely } from './sql-executor.js';
 
 /**
@@ -68,52 +69,24 @@ export interface PgfenceMigrationProvider {
  * ```
  */
 export function pgfenceMigrations(): PgfenceMigrationProvider {
-  return migrationProviderFor(packageFolders());
+  return migrationProviderFor();
 }
 
-/** The provider over any folders (tests point it at fixtures). */
-export function migrationProviderFor(folders: MigrationFolders): PgfenceMigrationProvider {
+/** The provider over any folders (tests point it at fixtures; omitted, the package's own). */
+export function migrationProviderFor(folders?: MigrationFolders): PgfenceMigrationProvider {
   return {
     async getMigrations(): Promise<Record<string, PgfenceMigration>> {
-      const [files, log] = await Promise.all([readMigrationSet(folders), readDefinitionLog(folders.sqlDir)]);
       const migrations: Record<string, PgfenceMigration> = {};
-      for (const file of files.migrations) {
-        migrations[file.fileName.slice(0, -'.sql'.length)] = {
-          up: (db: AnyKysely) => underMigrationLock(db, (sql) => upMigration(sql, files, file)),
-        };
-      }
-      const plan = planDefinitionMigrations(log, files.definitions, files.migrations);
-      for (const name of plan.superseded) migrations[name] = { up: async () => {} };
-      if (plan.current !== null) {
-        migrations[plan.current] = { up: (db: AnyKysely) => underMigrationLock(db, (sql) => upDefinitions(sql, files)) };
+      for (const step of await schemaMigrationSteps(folders)) {
+        migrations[step.name] = { up: (db: AnyKysely) => inTransaction(db, (sql) => step.run(sql)) };
       }
       return migrations;
     },
   };
 }
 
-async function upMigration(sql: SqlExecutor, files: MigrationSet, file: MigrationFile): Promise<void> {
-  await ensureHistoryTables(sql);
-  const applied = await appliedMigrations(sql);
-  assertNoEditedMigrations(files.migrations, applied);
-  if (!applied.has(file.version)) await applyMigration(sql, file);
-}
-
-async function upDefinitions(sql: SqlExecutor, files: MigrationSet): Promise<void> {
-  await ensureHistoryTables(sql);
-  assertNoEditedMigrations(files.migrations, await appliedMigrations(sql));
-  for (const file of changedDefinitions(files.definitions, await appliedDefinitions(sql))) {
-    await applyDefinition(sql, file);
-  }
-}
-
-/** Runs `work` in a transaction (Kysely's, or one of its own) that holds the migration lock. */
-async function underMigrationLock(db: AnyKysely, work: (sql: SqlExecutor) => Promise<void>): Promise<void> {
-  const locked = async (trx: AnyKysely) => {
-    const sql = kyselySqlExecutor(trx);
-    await lockMigrationsForTransaction(sql, MIGRATION_LOCK_TIMEOUT_MS);
-    await work(sql);
-  };
-  if (db.isTransaction) await locked(db);
-  else await db.transaction().execute(locked);
+/** Runs `work` in Kysely's transaction, or one of its own when the Migrator runs without transactions. */
+async function inTransaction(db: AnyKysely, work: (sql: SqlExecutor) => Promise<void>): Promise<void> {
+  if (db.isTransaction) await work(kyselySqlExecutor(db));
+  else await db.transaction().execute((trx) => work(kyselySqlExecutor(trx)));
 }

@@ -1,0 +1,2 @@
+// pgfence/drizzle: being written (issue 29).
+export {};

@@ -1,0 +1,2 @@
+// pgfence/knex: being written (issue 29).
+export {};

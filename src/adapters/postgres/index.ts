@@ -1,0 +1,2 @@
+// pgfence/postgres: being written (issue 29).
+export {};

@@ -1,0 +1,2 @@
+// pgfence/prisma: being written (issue 29).
+export {};

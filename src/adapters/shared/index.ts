@@ -1,0 +1,4 @@
+// What every data-layer adapter shares: the transaction seam, placeholders, pgfence's schema as migration steps.
+export * from './placeholders.js';
+export * from './transaction.js';
+export * from './schema-migrations.js';

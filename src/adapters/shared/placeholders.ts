@@ -1,0 +1,27 @@
+/**
+ * pgfence writes its statements with PostgreSQL's numbered placeholders ($1, $2, … a number may repeat).
+ * Libraries that bind values themselves (Knex's `?`, Drizzle's sql`` template) take them in order of
+ * appearance instead: this splits a statement into the text between placeholders and the value of each
+ * placeholder in order, as a tagged template would receive them (strings.length = values.length + 1).
+ */
+export interface SplitStatement {
+  strings: string[];
+  values: unknown[];
+}
+
+const PLACEHOLDER = /\$(\d+)/g;
+
+export function splitPlaceholders(text: string, values: readonly unknown[]): SplitStatement {
+  const strings: string[] = [];
+  const ordered: unknown[] = [];
+  let last = 0;
+  for (const m of text.matchAll(PLACEHOLDER)) {
+    const index = Number(m[1]) - 1;
+    if (index < 0 || index >= values.length) throw new RangeError(`statement refers to $${m[1]}, but ${values.length} value(s) were given`);
+    strings.push(text.slice(last, m.index));
+    ordered.push(values[index]);
+    last = m.index! + m[0].length;
+  }
+  strings.push(text.slice(last));
+  return { strings, values: ordered };
+}

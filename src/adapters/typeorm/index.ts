@@ -1,0 +1,2 @@
+// pgfence/typeorm: being written (issue 29).
+export {};
