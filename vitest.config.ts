@@ -12,6 +12,7 @@ export default defineConfig({
     maxWorkers: 2,
     testTimeout: 60_000,
     hookTimeout: 120_000,
-    reporters: ['default'],
+    // .ci/run also asks for the JSON report, from which scripts/adapter-matrix.mjs prints the adapters' matrix.
+    reporters: process.env.PGFENCE_TEST_JSON ? ['default', ['json', { outputFile: process.env.PGFENCE_TEST_JSON }]] : ['default'],
   },
 });

@@ -1,4 +1,4 @@
-import { InvalidArgumentError, isConnectionLost, LockUnavailableError, PgfenceError, sqlState, SQLSTATE, StaleTokenError } from '../core/index.js';
+import { InvalidArgumentError, isConnectionLost, LockUnavailableError, PgfenceError, sqlState, SQLSTATE, StaleTokenError, TransactionAbortedError } from '../core/index.js';
 import { DEFAULT_VERSION_COLUMN, fencingColumnSql, versionColumnSql } from './fencing-column.js';
 import { DEFAULT_FENCING_COLUMN } from './identifiers.js';
 
@@ -31,6 +31,8 @@ export function guardedWriteError(err: unknown, c: GuardedCall): PgfenceError {
     return stale;
   }
   if (isConnectionLost(err)) return new LockUnavailableError(`${c.call} on ${table}: the connection failed: ${message}`, { cause: err });
+  // An earlier statement failed the caller's transaction: nothing was written, the transaction must be rolled back.
+  if (code === SQLSTATE.inFailedTransaction) return new TransactionAbortedError({ cause: err });
   const versioned = c.call === 'versionedUpdate' || c.call === 'versioned';
   const column = c.column ?? (versioned ? DEFAULT_VERSION_COLUMN : DEFAULT_FENCING_COLUMN);
   const missingColumn = code === SQLSTATE.undefinedColumn ? /column "([^"]+)"/.exec(message)?.[1] : undefined;

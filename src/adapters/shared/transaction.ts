@@ -67,10 +67,11 @@ export interface TryXactLockFunction<T> {
 
 /** xactLock for a library, from the function that turns its transaction object into an executor. */
 export function xactLockOn<T>(executorOf: (trx: T) => XactExecutor): XactLockFunction<T> {
-  return ((trx: T, name: LockName, opts?: XactLockOptions) => xactLockWith(executorOf(trx), name, opts)) as XactLockFunction<T>;
+  // async: a transaction object refused by executorOf rejects the promise, it does not throw synchronously.
+  return (async (trx: T, name: LockName, opts?: XactLockOptions) => xactLockWith(executorOf(trx), name, opts)) as XactLockFunction<T>;
 }
 
 /** tryXactLock for a library, from the function that turns its transaction object into an executor. */
 export function tryXactLockOn<T>(executorOf: (trx: T) => XactExecutor): TryXactLockFunction<T> {
-  return ((trx: T, name: LockName, opts?: Omit<XactLockOptions, 'timeoutMs'>) => tryXactLockWith(executorOf(trx), name, opts)) as TryXactLockFunction<T>;
+  return (async (trx: T, name: LockName, opts?: Omit<XactLockOptions, 'timeoutMs'>) => tryXactLockWith(executorOf(trx), name, opts)) as TryXactLockFunction<T>;
 }

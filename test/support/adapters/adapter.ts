@@ -17,6 +17,8 @@ export interface AdapterUnderTest {
   name: string;
   /** The library and its installed version, e.g. 'postgres 3.4.10' (read from its package.json). */
   library(): string;
+  /** The library has an update builder, and the client offers `fencedBuilder` (the suite then runs the builder test). */
+  updateBuilder?: true;
   /** A client of the library on `url` (its own pool / connections). */
   open(url: string): Promise<AdapterClient>;
 }
