@@ -9,7 +9,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type CodeBlock, documentationFiles, fragmentModule, markdownBlocks, sourceExamples } from './support/doc-blocks.js';
+import { type CodeBlock, documentationFiles, ENTRY_POINTS, type EntryPoint, fragmentModule, markdownBlocks, sourceExamples } from './support/doc-blocks.js';
 import { useMigratedDatabase, useTestDatabase } from './support/db.js';
 
 const run = promisify(execFile);
@@ -56,11 +56,13 @@ describe('documentation code blocks', () => {
 
   it('TypeScript blocks and fragments (with the source @examples) type-check against the built package', async () => {
     const blocks = [...kinds('ts'), ...kinds('js').filter((b) => !b.flags.includes('run'))];
-    const exportsOf = {
-      pgfence: Object.keys(await import(pathToFileURL(join(root, 'dist/index.js')).href)),
-      'pgfence/kysely': Object.keys(await import(pathToFileURL(join(root, 'dist/adapters/kysely/index.js')).href)),
-      'pgfence/pg-boss': Object.keys(await import(pathToFileURL(join(root, 'dist/pg-boss/index.js')).href)),
-    };
+    // Each entry point's names, from the built file package.json's "exports" maps it to.
+    const manifest = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { exports: Record<string, { default: string }> };
+    const exportsOf = Object.fromEntries(
+      await Promise.all(
+        ENTRY_POINTS.map(async (e) => [e, Object.keys(await import(pathToFileURL(join(root, manifest.exports[e.replace(/^pgfence/, '.')]!.default)).href))] as const),
+      ),
+    ) as Record<EntryPoint, string[]>;
     const files = new Map<string, CodeBlock>();
     await Promise.all(
       blocks.map(async (block, i) => {
@@ -138,7 +140,8 @@ describe('documentation code blocks', () => {
       await client.query(`CREATE TABLE invoices (id int PRIMARY KEY, status text, fencing_token bigint);
         CREATE TABLE orders (id int PRIMARY KEY, status text, state text, fencing_token bigint);
         CREATE TABLE counters (id int PRIMARY KEY, n int, fencing_token bigint);
-        CREATE TABLE example_invoices (id int PRIMARY KEY, status text, fencing_token bigint)`);
+        CREATE TABLE example_invoices (id int PRIMARY KEY, status text, fencing_token bigint);
+        CREATE TABLE documents (id int PRIMARY KEY, body text, version bigint NOT NULL DEFAULT 0)`);
       for (const block of blocks) {
         const names: string[] = [];
         // $token, $id: parameters, numbered by first appearance.

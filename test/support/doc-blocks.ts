@@ -5,6 +5,11 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { installedAtLeast } from './versions.js';
 
+/** The package's entry points whose names a fragment may use without importing them. */
+export const ADAPTERS = ['kysely', 'postgres', 'prisma', 'drizzle', 'typeorm', 'knex'] as const;
+export type EntryPoint = 'pgfence' | `pgfence/${(typeof ADAPTERS)[number]}` | 'pgfence/pg-boss';
+export const ENTRY_POINTS: readonly EntryPoint[] = ['pgfence', ...ADAPTERS.map((a) => `pgfence/${a}` as const), 'pgfence/pg-boss'];
+
 export interface CodeBlock {
   /** Where it is, relative to the repository: `docs/kysely.md:12`. */
   where: string;
@@ -16,7 +21,7 @@ export interface CodeBlock {
   /** The `text output` block right after it, if any: its expected output. */
   output?: string;
   /** Which entry point a source @example belongs to (its names need no import). */
-  module: 'pgfence' | 'pgfence/kysely' | 'pgfence/pg-boss';
+  module: EntryPoint;
 }
 
 /** The documentation files: the README, CONTRIBUTING.md and every guide in docs/ (not the generated reference). */
@@ -29,7 +34,9 @@ export function documentationFiles(root: string): string[] {
 
 /** The fenced code blocks of one markdown file, with the indentation of their fence removed. */
 export function markdownBlocks(root: string, file: string): CodeBlock[] {
-  return fencedBlocks(readFileSync(join(root, file), 'utf8').split('\n'), file, 'pgfence');
+  // A data layer's guide (docs/<adapter>.md): its fragments use that adapter's names, as its @examples do.
+  const adapter = ADAPTERS.find((a) => file === join('docs', `${a}.md`));
+  return fencedBlocks(readFileSync(join(root, file), 'utf8').split('\n'), file, adapter ? `pgfence/${adapter}` : 'pgfence');
 }
 
 /** The @example blocks in the comments of every source file under src/ (each line's leading ` * ` removed). */
@@ -37,7 +44,8 @@ export function sourceExamples(root: string): CodeBlock[] {
   const out: CodeBlock[] = [];
   for (const file of walk(join(root, 'src')).filter((f) => f.endsWith('.ts'))) {
     const path = relative(root, file);
-    const module = path.startsWith('src/adapters/kysely/') ? 'pgfence/kysely' : path.startsWith('src/pg-boss/') ? 'pgfence/pg-boss' : 'pgfence';
+    const adapter = ADAPTERS.find((a) => path.startsWith(`src/adapters/${a}/`));
+    const module: EntryPoint = adapter ? `pgfence/${adapter}` : path.startsWith('src/pg-boss/') ? 'pgfence/pg-boss' : 'pgfence';
     const lines = readFileSync(file, 'utf8').split('\n');
     lines.forEach((line, i) => {
       if (!/^\s*\*\s*@example\s*$/.test(line)) return;
@@ -53,7 +61,7 @@ export function sourceExamples(root: string): CodeBlock[] {
   return out;
 }
 
-function fencedBlocks(lines: string[], file: string, module: CodeBlock['module'], lineOffset = 0): CodeBlock[] {
+function fencedBlocks(lines: string[], file: string, module: EntryPoint, lineOffset = 0): CodeBlock[] {
   const blocks: CodeBlock[] = [];
   for (let i = 0; i < lines.length; i++) {
     const open = /^(\s*)```(.*)$/.exec(lines[i]!);
@@ -80,31 +88,46 @@ function walk(dir: string): string[] {
   });
 }
 
-/** Names a fragment may use without importing them: declared by the stub. */
-const STUB_DECLARATIONS = `interface Database {
+/** Names a fragment may use without importing them: declared by the stub (a guide's adapter may declare its own, see LIBRARY_STUBS). */
+const STUB_DECLARATIONS: Record<string, string> = {
+  Database: `interface Database {
   orders: { id: number; status: string; fencing_token: string | null };
   invoices: { id: number; status: string; fencing_token: string | null };
   counters: { id: number; n: number; fencing_token: string | null };
-}
-declare const locker: Locker;
-declare const pool: pg.Pool;
-declare const client: pg.PoolClient;
-declare const db: Kysely<Database>;
-declare const trx: Transaction<Database>;
-declare const lease: LeaseHandle;
-declare const lock: FencedLockHandle;
-declare const token: bigint;
-declare const boss: BossLike & { createQueue(name: string, options?: object): Promise<unknown> };
-declare const url: string;
-declare function callVendor(...args: unknown[]): Promise<unknown>;
-declare function buildReport(...args: unknown[]): Promise<unknown>;
-declare function startScheduling(...args: unknown[]): void;
-declare function stopScheduling(...args: unknown[]): void;
-`;
+  documents: { id: number; body: string; version: string };
+}`,
+  locker: 'declare const locker: Locker;',
+  pool: 'declare const pool: pg.Pool;',
+  client: 'declare const client: pg.PoolClient;',
+  db: 'declare const db: Kysely<Database>;',
+  trx: 'declare const trx: Transaction<Database>;',
+  lease: 'declare const lease: LeaseHandle;',
+  lock: 'declare const lock: FencedLockHandle;',
+  token: 'declare const token: bigint;',
+  boss: 'declare const boss: BossLike & { createQueue(name: string, options?: object): Promise<unknown> };',
+  url: 'declare const url: string;',
+  callVendor: 'declare function callVendor(...args: unknown[]): Promise<unknown>;',
+  buildReport: 'declare function buildReport(...args: unknown[]): Promise<unknown>;',
+  startScheduling: 'declare function startScheduling(...args: unknown[]): void;',
+  stopScheduling: 'declare function stopScheduling(...args: unknown[]): void;',
+};
+
+/**
+ * What an adapter's fragments (its @examples, its guide's `ts fragment` blocks) may use of its library
+ * without importing it: the imports the declarations need, and declarations that replace the stub's of
+ * the same name (`db` is a Drizzle database in pgfence/drizzle's fragments, a Kysely one elsewhere).
+ */
+export const LIBRARY_STUBS: Partial<Record<EntryPoint, { imports: string[]; declarations: Record<string, string> }>> = {};
+
 /** Types of the entry points a fragment may name without importing them. */
-const STUB_TYPES: Record<CodeBlock['module'], string[]> = {
+const STUB_TYPES: Record<EntryPoint, string[]> = {
   pgfence: ['Locker', 'LockHandle', 'FencedLockHandle', 'LeaseHandle', 'Semaphore', 'LeaderElection'],
   'pgfence/kysely': ['AnyKysely'],
+  'pgfence/postgres': [],
+  'pgfence/prisma': [],
+  'pgfence/drizzle': [],
+  'pgfence/typeorm': [],
+  'pgfence/knex': [],
   'pgfence/pg-boss': ['BossLike', 'LockedJob'],
 };
 
@@ -113,14 +136,14 @@ const STUB_TYPES: Record<CodeBlock['module'], string[]> = {
  * name of its entry point (the root export's too), the stub's declarations, and its statements in
  * an async function.
  */
-export function fragmentModule(block: CodeBlock, exportsOf: Record<CodeBlock['module'], string[]>): string {
+export function fragmentModule(block: CodeBlock, exportsOf: Record<EntryPoint, string[]>): string {
   const lines = block.code.split('\n');
   const imports = lines.filter((l) => /^import\s/.test(l));
   const body = lines.filter((l) => !/^import\s/.test(l));
   const imported = new Set(imports.flatMap((l) => [...l.replace(/^import\s+(type\s+)?/, '').replace(/\bfrom\b.*$/, '').matchAll(/\b(\w+)\b/g)].map((m) => m[1]!)));
   const taken = new Set(imported);
   const stubImports: string[] = [];
-  const bring = (module: CodeBlock['module'], names: string[], typeOnly: boolean) => {
+  const bring = (module: EntryPoint, names: string[], typeOnly: boolean) => {
     const fresh = names.filter((n) => !taken.has(n));
     fresh.forEach((n) => taken.add(n));
     if (fresh.length > 0) stubImports.push(`import ${typeOnly ? 'type ' : ''}{ ${fresh.join(', ')} } from '${module}';`);
@@ -134,10 +157,15 @@ export function fragmentModule(block: CodeBlock, exportsOf: Record<CodeBlock['mo
   const kyselyTypes = ['Kysely', 'Transaction'].filter((n) => !taken.has(n));
   if (kyselyTypes.length > 0) stubImports.push(`import type { ${kyselyTypes.join(', ')} } from 'kysely';`);
   if (!taken.has('Migrator')) stubImports.push(`import { Migrator } from '${installedAtLeast('kysely', 0, 29) ? 'kysely/migration' : 'kysely'}';`);
+  const library = LIBRARY_STUBS[block.module];
+  const declarations = { ...STUB_DECLARATIONS, ...library?.declarations };
   return [
     ...imports,
     ...stubImports,
-    STUB_DECLARATIONS,
+    ...(library?.imports ?? []),
+    ...Object.entries(declarations)
+      .filter(([name]) => !imported.has(name))
+      .map(([, declaration]) => declaration),
     `// ${block.where}`,
     'export async function fragment(): Promise<void> {',
     ...body.map((l) => `  ${l}`),
