@@ -4,7 +4,7 @@ import { INSERT_NAMES } from '../src/observe/name-registry.js';
 import { probeSql } from '../src/session/pending-op.js';
 import { releaseSlotSql, tryAnySlotSql } from '../src/advisory/semaphore-sql.js';
 import { acquireLeaseSql, acquireQueuedLeaseSql, releaseLeaseSql, renewLeaseSql } from '../src/lease/lease-sql.js';
-import { nextTokenSql, tryXactLockSql, undoWaitScript, waitXactLockScript } from '../src/advisory/xact-sql.js';
+import { afterWaitSql, tryXactLockSql, undoWaitScript, waitXactLockScript } from '../src/advisory/xact-sql.js';
 
 /**
  * Exactly the SQL pgfence sends, written out to test/__snapshots__/sql-statements.sql for a reviewer to
@@ -69,7 +69,8 @@ function sentStatements(): [string, Sent][] {
     { text: waitXactLockScript({ key: -7n, shared: true, timeoutMs: Infinity, first: false, nestedIn: '1700000000.123456', fenced: false, guarded: false }) },
   ]);
   out.push(['xact lock: undo a failed wait', { text: undoWaitScript }]);
-  out.push(['xact lock: token of a lock just taken', { text: nextTokenSql }]);
+  out.push(['xact lock: after a wait the driver reported no rows of (token, transaction start)', { text: afterWaitSql(true) }]);
+  out.push(['xact lock: after a wait, unfenced, on an executor that cannot tell transactions apart', { text: afterWaitSql(false) }]);
   return out;
 }
 

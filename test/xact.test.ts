@@ -2,8 +2,12 @@ import { Kysely, PostgresDialect, sql } from 'kysely';
 import { statementsSent } from './support/statements-sent.js';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { pgSqlExecutor } from '../src/core/index.js';
+import { type XactExecutor, xactLockWith } from '../src/advisory/index.js';
 import {
   DeadlockError,
+  lockKey,
+  NestedLockError,
   LockTimeoutError,
   LockUnavailableError,
   NotInTransactionError,
@@ -211,6 +215,52 @@ describe('xactLock on node-postgres', () => {
       const b = await tryXactLock(c, 'x:fenced', { fencing: true });
       await c.query('COMMIT');
       expect(b!.token).toBeGreaterThan(a.token!);
+    } finally {
+      c.release();
+    }
+  });
+});
+
+describe('an executor that neither follows transactions nor reports script rows (the core seam every adapter uses)', () => {
+  /** A node-postgres client seen as a library that reports no script rows and keeps one object across transactions. */
+  const blindExecutor = (c: pg.ClientBase): XactExecutor => {
+    const sql = pgSqlExecutor(c);
+    return {
+      query: (text, values) => sql.query(text, values),
+      script: async (text) => {
+        await sql.script(text);
+        return null;
+      },
+      scriptResults: false,
+      identity: c,
+      database: c,
+      perTransaction: false,
+      status: () => 'unknown',
+      abandonAdvice: 'discard the client',
+      abandon: () => {},
+    };
+  };
+
+  it('after a wait, knows which transaction holds the key: nested in it, free again in the next', async () => {
+    const c = await pool.connect();
+    const exec = blindExecutor(c);
+    try {
+      for (const fencing of [false, true]) {
+        const name = `x:blind:${fencing}`;
+        const holder = await holdInTransaction(name);
+        await c.query('BEGIN');
+        const waiting = xactLockWith(exec, name, { timeoutMs: 10_000, fencing });
+        await eventually(async () => (await pool.query(`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`)).rows[0].n === 1);
+        await holder.release();
+        const got = await waiting;
+        expect(got.token === null).toBe(!fencing);
+        // The same name again in this transaction: nested; in the next transaction: granted.
+        await expect(xactLockWith(exec, name, { timeoutMs: 0 })).rejects.toBeInstanceOf(NestedLockError);
+        await c.query('COMMIT');
+        await c.query('BEGIN');
+        await expect(xactLockWith(exec, name, { timeoutMs: 0, fencing })).resolves.toMatchObject({ key: lockKey(name) });
+        await c.query('COMMIT');
+      }
     } finally {
       c.release();
     }

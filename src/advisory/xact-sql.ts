@@ -11,7 +11,9 @@ import { lockTimeoutSetting } from './lock-timeout.js';
  * milliseconds, both formatted here from numbers, never from caller text.
  */
 
-const SAVEPOINT = 'pgfence_xact_lock';
+/** The savepoint of a blocking wait (adapters whose library rolls back a failed statement's savepoint reopen it). */
+export const WAIT_SAVEPOINT = 'pgfence_xact_lock';
+const SAVEPOINT = WAIT_SAVEPOINT;
 
 /** The lease guard of transaction locks (sql/leases.sql), when migrate() has created it. */
 const GUARD = 'pgfence.admit_xact_lock(bigint,boolean,boolean)';
@@ -91,8 +93,14 @@ function epochLiteral(epoch: string): string {
   return `${epoch}::numeric`;
 }
 
-/** The token of a lock just taken in this transaction (for drivers that report no script results). */
-export const nextTokenSql = `SELECT ${nextTokenExpr('$1::int8')}::text AS token`;
+/**
+ * After a wait whose script results the driver did not report: the token of the lock just taken (when
+ * `fenced`) and the transaction's start time, which identifies it for nested-lock detection. $1: the key.
+ */
+export function afterWaitSql(fenced: boolean): string {
+  // $1 in both, so both take the same one value.
+  return `SELECT ${fenced ? `${nextTokenExpr('$1::int8')}::text` : 'CASE WHEN $1::int8 IS NULL THEN NULL END::text'} AS token, extract(epoch FROM transaction_timestamp())::text AS xact`;
+}
 
 /**
  * Sent after a statement went unanswered (xactLock gave up on the connection): queued behind it, it

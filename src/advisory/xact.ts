@@ -1,7 +1,7 @@
 import { DeadlockError, describeLock, InvalidArgumentError, isConnectionLost, type LockMode, LockTimeoutError, LockUnavailableError, NestedLockError, NotInTransactionError, schemaMissingError, type SqlExecutor, sqlState, SQLSTATE, TransactionAbortedError } from '../core/index.js';
 import { nameToBytes, resolveLock, type LockName, type LockTarget } from '../keys.js';
 import { abortSignal, booleanOption, durationMs, oneOf, optionKeys, optionsObject } from '../options.js';
-import { nextTokenSql, tryXactLockSql, undoWaitScript, waitXactLockScript } from './xact-sql.js';
+import { afterWaitSql, tryXactLockSql, undoWaitScript, waitXactLockScript } from './xact-sql.js';
 
 export interface XactLockOptions {
   mode?: LockMode;
@@ -199,15 +199,19 @@ async function wait(exec: XactExecutor, p: Prepared, deadline: number): Promise<
     const row = results?.find((rows) => rows[0] && 'locked' in rows[0])?.[0];
     if (row?.nested === true) throw new NestedLockError(p.target.name, p.target.key, p.target.name, p.target.key);
     let token = typeof row?.token === 'string' ? row.token : null;
-    if (p.fencing && !row) {
-      // The driver reported no rows for the script: one more statement for the token.
+    let xact = typeof row?.xact === 'string' ? row.xact : '';
+    // The driver reported no rows for the script: one more statement for the token, and for the
+    // transaction's start time where the executor cannot tell one transaction from the next itself.
+    if (!row && (p.fencing || !exec.perTransaction)) {
       try {
-        token = (await answered(exec, 0, () => exec.query<{ token: string }>(nextTokenSql, [p.target.key])))[0]!.token;
+        const [after] = await answered(exec, 0, () => exec.query<{ token: string | null; xact: string }>(afterWaitSql(p.fencing), [p.target.key]));
+        token = after!.token;
+        xact = after!.xact;
       } catch (err) {
         throw translate(err, p, exec);
       }
     }
-    return granted(exec, p, typeof row?.xact === 'string' ? row.xact : '', token);
+    return granted(exec, p, xact, token);
   }
 }
 

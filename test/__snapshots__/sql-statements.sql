@@ -440,5 +440,8 @@ RELEASE SAVEPOINT pgfence_xact_lock;
 -- xact lock: undo a failed wait
 ROLLBACK TO SAVEPOINT pgfence_xact_lock; RELEASE SAVEPOINT pgfence_xact_lock;
 
--- xact lock: token of a lock just taken
-SELECT pgfence.next_token($1::int8)::text AS token;
+-- xact lock: after a wait the driver reported no rows of (token, transaction start)
+SELECT pgfence.next_token($1::int8)::text AS token, extract(epoch FROM transaction_timestamp())::text AS xact;
+
+-- xact lock: after a wait, unfenced, on an executor that cannot tell transactions apart
+SELECT CASE WHEN $1::int8 IS NULL THEN NULL END::text AS token, extract(epoch FROM transaction_timestamp())::text AS xact;
