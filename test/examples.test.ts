@@ -2,6 +2,7 @@ import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { EXAMPLE_SCHEMA, generatePrismaClient } from './support/adapters/prisma-client.js';
 import { useMigratedDatabase } from './support/db.js';
 
 const run = promisify(execFile);
@@ -69,6 +70,36 @@ describe('examples/', () => {
     const out = await example('kysely');
     expect(out).toMatch(/update with the older token \d+: 0 rows updated \(stale: token \d+ wrote it\)/);
     expect(out).toContain('balance: 85');
+  });
+
+  it('knex: the schema through Knex, a guarded builder refuses an older token, a versioned update notices the race', async () => {
+    const out = await example('knex');
+    expect(out).toMatch(/pgfence schema up to date \(\d+ name\(s\) recorded by Knex's migrator this time\)/);
+    expect(out).toMatch(/update with the older token \d+: 0 rows updated \(stale: token \d+ wrote it\)/);
+    expect(out).toContain('second conflict (now version 1)');
+    expect(out).toContain('balance: 84');
+  });
+
+  it('postgres: a guarded update refuses an older token; a busy lock’s timeout leaves the transaction usable', async () => {
+    const out = await example('postgres');
+    expect(out).toMatch(/update with the older token \d+: 0 rows updated \(stale: token \d+ wrote it\)/);
+    expect(out).toContain('account:1 is busy (PGFENCE_LOCK_TIMEOUT): the transaction goes on');
+    expect(out).toContain('committed, balance 85');
+  });
+
+  it('typeorm: the guarded builder and an entity-typed fencedUpdate refuse an older token; so does the table', async () => {
+    const out = await example('typeorm');
+    expect(out).toMatch(/update with the older token \d+: 0 rows updated \(stale: token \d+ wrote it\)/);
+    expect(out).toContain('a plain UPDATE with the older token: refused by the table (PGF01)');
+    expect(out).toMatch(/balance: 85, written with token \d+/);
+  });
+
+  it('prisma: a transaction lock in $transaction, and a guarded write by model that refuses an older token', async () => {
+    // The example imports its generated client (TypeScript, as Prisma 7 generates it): run with a TS loader, as users run tsx.
+    await generatePrismaClient(EXAMPLE_SCHEMA);
+    const { stdout } = await run(process.execPath, ['--import', './test/support/ts-loader.mjs', 'examples/prisma/main.mjs'], { cwd: root, env: libpqEnv(url), timeout: 120_000 });
+    expect(stdout).toMatch(/update with the older token \d+: 0 rows updated \(stale: token \d+ wrote it\)/);
+    expect(stdout).toContain('balance: 85');
   });
 
   it('semaphore: never more calls in flight than permits', async () => {

@@ -6,3 +6,5 @@ export * from './files.js';
 export * from './history.js';
 export * from './lock.js';
 export * from './package-folders.js';
+// For pgfence's schema as one SQL script (src/adapters/shared/schema-script.ts).
+export { createHistoryTablesSql } from './migrate-sql.js';

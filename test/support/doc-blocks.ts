@@ -117,14 +117,20 @@ const STUB_DECLARATIONS: Record<string, string> = {
  * without importing it: the imports the declarations need, and declarations that replace the stub's of
  * the same name (`db` is a Drizzle database in pgfence/drizzle's fragments, a Kysely one elsewhere).
  */
-export const LIBRARY_STUBS: Partial<Record<EntryPoint, { imports: string[]; declarations: Record<string, string> }>> = {};
+export const LIBRARY_STUBS: Partial<Record<EntryPoint, { imports: string[]; declarations: Record<string, string> }>> = {
+  // The test fixture's generated client (test/fixtures/prisma/schema.prisma), from the scratch folder <root>/.pgfence-test/doc-blocks-*.
+  'pgfence/prisma': {
+    imports: ["import type { PrismaClient as FixturePrismaClient, Prisma as FixturePrisma } from '../../test/fixtures/prisma/generated/client.js';"],
+    declarations: { prisma: 'declare const prisma: FixturePrismaClient;', tx: 'declare const tx: FixturePrisma.TransactionClient;' },
+  },
+};
 
 /** Types of the entry points a fragment may name without importing them. */
 const STUB_TYPES: Record<EntryPoint, string[]> = {
   pgfence: ['Locker', 'LockHandle', 'FencedLockHandle', 'LeaseHandle', 'Semaphore', 'LeaderElection'],
   'pgfence/kysely': ['AnyKysely'],
   'pgfence/postgres': [],
-  'pgfence/prisma': [],
+  'pgfence/prisma': ['PrismaModelName', 'PrismaModelFields'],
   'pgfence/drizzle': [],
   'pgfence/typeorm': [],
   'pgfence/knex': [],

@@ -9,13 +9,18 @@ export interface SplitStatement {
   values: unknown[];
 }
 
-const PLACEHOLDER = /\$(\d+)/g;
+/**
+ * A placeholder, or a quoted identifier or string literal to step over: `"price$2"` (a column name may
+ * hold a $ and digits) and `'$1'` are text, not placeholders.
+ */
+const PLACEHOLDER = /"(?:[^"]|"")*"|'(?:[^']|'')*'|\$(\d+)/g;
 
 export function splitPlaceholders(text: string, values: readonly unknown[]): SplitStatement {
   const strings: string[] = [];
   const ordered: unknown[] = [];
   let last = 0;
   for (const m of text.matchAll(PLACEHOLDER)) {
+    if (m[1] === undefined) continue; // quoted: part of the text around it
     const index = Number(m[1]) - 1;
     if (index < 0 || index >= values.length) throw new RangeError(`statement refers to $${m[1]}, but ${values.length} value(s) were given`);
     strings.push(text.slice(last, m.index));
