@@ -443,3 +443,16 @@ export function typeChecks(db: Db, tx: d.DrizzleTransaction, token: bigint): voi
   void d.fenced(db.update(shipments).set({ state: 'x' }), token, { column: 'lockToken' });
   void d.fenced(db.update(locks).set({ state: 'x' }).where(eq(locks.id, 1)), token, { column: 'lockToken' });
 }
+
+/** The same on drizzle-orm/postgres-js's own types (compile-time only). */
+export function postgresJsTypeChecks(db: ReturnType<typeof drizzlePostgresJs>, token: bigint): void {
+  void db.transaction(async (tx) => {
+    const { token: mine } = await d.xactLock(tx, 'n', { fencing: true });
+    await tx.transaction(async (sp) => d.tryXactLock(sp, 'm'));
+    await d.fenced(tx.update(shipments).set({ state: 'x' }).where(eq(shipments.id, 1)), mine).execute();
+    const claim = await d.fencedClaim(tx, { table: shipments, where: { id: 1 }, token });
+    expectTypeOf(claim.rows[0]!.fencingToken).toEqualTypeOf<bigint | null>();
+  });
+  void d.fencedUpdate(db, { table: shipments, set: { state: 'x' }, where: { id: 1 }, token });
+  void d.migratePgfence(db);
+}

@@ -95,7 +95,7 @@ export function fenced<T extends PgTable>(builder: FenceableUpdate<T>, token: bi
   const o = optionsObject<FencedOptions>(opts, 'fenced options', FENCED_OPTION_KEYS);
   const refused = Object.entries(parts.extras).filter(([, present]) => present);
   if (refused.length > 0) {
-    const what = refused.map(([name]) => (name === 'with' ? 'WITH' : name === 'from' ? 'FROM' : name)).join(', ');
+    const what = refused.map(([name]) => ({ from: 'FROM', joins: 'joins', with: 'WITH', returning: 'RETURNING' })[name]).join(', ');
     throw new InvalidArgumentError('builder', `fenced() guards an update of one table (it has ${what}): use fencedUpdate, or add the guard in SQL`);
   }
   const fencing = fencingColumn(parts, o.column);

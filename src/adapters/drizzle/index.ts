@@ -26,7 +26,7 @@ export type { FencedXactLockOptions, FencedXactLockResult, XactLockOptions, Xact
  * });
  * ```
  */
-export const xactLock: XactLockFunction<DrizzleTransaction | object> = xactLockOn(drizzleXactExecutor as never);
+export const xactLock: XactLockFunction<DrizzleTransaction> = xactLockOn(drizzleXactExecutor);
 
 /**
  * One try at a transaction lock inside a drizzle transaction; null when it is held elsewhere.

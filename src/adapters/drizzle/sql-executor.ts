@@ -13,7 +13,8 @@ export type DrizzleTransaction = PgTransaction<PgQueryResultHKT, any, any>;
 /**
  * A drizzle database or transaction as a SqlExecutor: every statement goes through `db.execute(sql)`,
  * pgfence's `$n` text cut at its placeholders and handed to drizzle's `sql` tag with the values in
- * order. Rows come back as the driver parsed them (int8 as text, the way pgfence reads tokens). `argument` and `expected` name the caller's argument in the InvalidArgumentError.
+ * order. Rows come back as the driver parsed them (int8 as text, the way pgfence reads tokens).
+ * `argument` and `expected` name the caller's argument in the InvalidArgumentError.
  */
 export function drizzleSqlExecutor(db: unknown, argument = 'db', expected = 'a drizzle PostgreSQL database or transaction'): SqlExecutor {
   if (!(db instanceof PgDatabase) && !hasEntityKind(db, 'PgDatabase')) {

@@ -19,15 +19,8 @@ export type KeyOfColumnNamed<T extends PgTable, N extends string> = {
 /** Equality conditions on the table's columns by key, typed as the table selects them (null means IS NULL). */
 export type RowFilter<T extends PgTable> = { [K in keyof T['$inferSelect']]?: T['$inferSelect'][K] | null };
 
-/**
- * Values for the table's columns by key, typed as the table inserts them, except the column C written by
- * pgfence itself. (C is not inferred from here: a wrongly typed value would otherwise make TypeScript pick
- * that column as C and drop it from the check.)
- */
-export type RowValues<T extends PgTable, C extends string> = Omit<{ [K in keyof T['$inferInsert']]?: T['$inferInsert'][K] }, NotInferred<C>>;
-
-/** T, as a position TypeScript does not infer T from (NoInfer, for TypeScript before 5.4 too). */
-type NotInferred<T> = [T][T extends unknown ? 0 : never];
+/** Values for the table's columns by key, typed as the table inserts them, except the column C written by pgfence itself. */
+export type RowValues<T extends PgTable, C extends string> = Omit<{ [K in keyof T['$inferInsert']]?: T['$inferInsert'][K] }, C>;
 
 /** The table's columns, keyed as the caller wrote them, with their SQL names. */
 export class TableColumns {

@@ -104,7 +104,7 @@ export interface KyselyVersionedUpdateSpec<DB, TB extends TableName<DB>, C exten
  * @example
  * ```ts fragment
  * const doc = await db.selectFrom('documents').select(['body', 'version']).where('id', '=', 7).executeTakeFirstOrThrow();
- * const r = await versionedUpdate(db, { table: 'documents', set: { body: doc.body + '!' }, where: { id: 7 }, version: doc.version });
+ * const r = await versionedUpdate(db, { table: 'documents', set: { body: doc.body + '!' }, where: { id: 7 }, version: BigInt(doc.version) });
  * if (!r.applied) console.log(r.reason); // 'conflict': read again and retry
  * ```
  */

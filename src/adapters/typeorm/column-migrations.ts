@@ -62,7 +62,7 @@ export function fencingColumnMigration(table: EntityTarget<any>, opts: FencingCo
 
 /**
  * A TypeORM migration class that adds a version column (bigint NOT NULL DEFAULT 0) for versionedUpdate;
- * its down() drops it. The table as for fencingColumnMigration. An entity's @VersionColumn is TypeORM's
+ * its down() drops it. The table as for fencingColumnMigration. An entity's `@VersionColumn` is TypeORM's
  * to create: this is for a table whose version column TypeORM does not map.
  *
  * @example

@@ -43,9 +43,9 @@ export interface TypeormVersionedUpdateSpec<E, C extends string = 'version'> {
   set: EntityColumns<E, C>;
   /** Equality conditions on properties (null means IS NULL) selecting the rows; at least one. */
   where: EntityColumns<E>;
-  /** The version you read (a bigint, or a safe integer number as a @VersionColumn reads). */
+  /** The version you read (a bigint, or a safe integer number as a `@VersionColumn` reads). */
   version: bigint | number;
-  /** The version column: an entity property or a column name; default the entity's @VersionColumn, else 'version'. */
+  /** The version column: an entity property or a column name; default the entity's `@VersionColumn`, else 'version'. */
   column?: C;
 }
 
@@ -136,7 +136,7 @@ export async function fencedClaim<E extends ObjectLiteral, C extends string = 'f
 /**
  * versionedUpdate for TypeORM: optimistic concurrency, no lock. Writes `set` and `version + 1` only where
  * the row still has the version you read; 'conflict' (with `currentVersion`) when someone wrote it since.
- * The version column defaults to the entity's @VersionColumn (TypeORM's own updates increment it too).
+ * The version column defaults to the entity's `@VersionColumn` (TypeORM's own updates increment it too).
  *
  * @example
  * ```ts fragment
