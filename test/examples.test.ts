@@ -102,6 +102,13 @@ describe('examples/', () => {
     expect(stdout).toContain('balance: 85');
   });
 
+  it('drizzle: a guarded builder refuses an older token; a versioned update refuses the second writer', async () => {
+    const out = await example('drizzle');
+    expect(out).toMatch(/update with the older token \d+: 0 rows updated \(stale: token \d+ wrote it\)/);
+    expect(out).toContain('second writer: conflict (version is now 1)');
+    expect(out).toContain('balance: 86');
+  });
+
   it('semaphore: never more calls in flight than permits', async () => {
     expect(await example('semaphore')).toContain('12 calls, at most 3 in flight');
   });

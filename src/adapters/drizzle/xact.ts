@@ -35,19 +35,10 @@ export function drizzleXactExecutor(tx: DrizzleTransaction): XactExecutor {
     perTransaction: true,
     status: () => (inTransaction ? 'active' : 'idle'),
     rollbackAdvice: pgClient
-      ? 'its connection was ended (PostgreSQL rolls the transaction back once it notices): let the error leave the db.transaction() callback ' +
-        '(drizzle’s ROLLBACK then fails as well, and a pool drops the connection)'
+      ? 'let the error leave the db.transaction() callback (drizzle’s ROLLBACK then fails as well, and a pool drops the connection)'
       : 'let the error leave the db.transaction() callback so drizzle rolls it back',
+    ...(pgClient ? { endConnection: () => pgClient.end() } : {}),
   };
-  if (pgClient) {
-    return {
-      ...libraryXactExecutor(t),
-      abandon() {
-        // A failed end() leaves the client ended all the same: nothing runs in that transaction any more.
-        void Promise.resolve(pgClient.end()).catch(() => {});
-      },
-    };
-  }
   if (!postgresJs) return libraryXactExecutor(t);
   return libraryXactExecutorInSavepoints(t, (script) => tx.transaction((savepoint) => drizzleSqlExecutor(savepoint).script(script)));
 }

@@ -18,15 +18,15 @@ import { knexSqlExecutor } from './sql-executor.js';
 export function knexXactExecutor(trx: AnyKnex): XactExecutor {
   const sql = knexSqlExecutor(trx, 'trx', 'a Knex transaction');
   const t = trx as unknown as Partial<Knex.Transaction>;
-  const executor = libraryXactExecutor({
+  return libraryXactExecutor({
     sql,
     identity: outermost(t),
     database: trx.client.config as object,
     perTransaction: true,
     status: () => (t.isTransaction === true && typeof t.isCompleted === 'function' && !t.isCompleted() ? 'active' : 'idle'),
-    rollbackAdvice: 'let the error leave the knex.transaction() callback',
+    rollbackAdvice: "knex.transaction() rejects (Knex's ROLLBACK fails on the ended connection, and its pool discards it)",
+    endConnection: () => discardConnection(trx),
   });
-  return { ...executor, abandonAdvice: ABANDON_ADVICE, abandon: () => discardConnection(trx) };
 }
 
 /**
@@ -38,16 +38,13 @@ export function knexXactExecutor(trx: AnyKnex): XactExecutor {
  * node-postgres' "not queryable" error), the server rolls the transaction back when it sees the
  * connection go, and Knex's pool drops the connection instead of reusing it.
  */
-function discardConnection(trx: AnyKnex): void {
+async function discardConnection(trx: AnyKnex): Promise<void> {
   const client = trx.client as { acquireConnection(): Promise<KnexConnection> };
   // A transaction's client hands back the transaction's own connection; the pg Client is ended before the
   // caller hears of the failure (this runs one microtask later, the rejection reaches the caller after more).
-  void Promise.resolve(client.acquireConnection())
-    .then((connection) => {
-      connection.__knex__disposed = 'pgfence: PostgreSQL did not answer a transaction lock statement in time';
-      return connection.end();
-    })
-    .catch(() => {}); // a failed end() leaves the client ended all the same: nothing runs in that transaction any more
+  const connection = await client.acquireConnection();
+  connection.__knex__disposed = 'pgfence: PostgreSQL did not answer a transaction lock statement in time';
+  await connection.end();
 }
 
 /** The node-postgres Client under a Knex transaction, with the flag Knex's pool reads to drop a connection. */
@@ -55,10 +52,6 @@ interface KnexConnection {
   __knex__disposed?: unknown;
   end(): Promise<void>;
 }
-
-const ABANDON_ADVICE =
-  'the transaction is doomed: pgfence closed its connection (the server rolls the transaction back when it sees it go, ' +
-  "Knex's pool discards it), so every later statement in it fails and knex.transaction() rejects; retry in a new transaction";
 
 function outermost(trx: Partial<Knex.Transaction>): object {
   let t = trx;

@@ -17,18 +17,13 @@
  * Statements (the free key's single try, the token) and the abandon() of a doomed transaction go to the
  * transaction itself: an abandon() must doom it, not a savepoint of it.
  */
-import { undoWaitScript, type XactExecutor } from '../../advisory/index.js';
+import { undoWaitScript, WAIT_SAVEPOINT, type XactExecutor } from '../../advisory/index.js';
 import { libraryXactExecutor, type LibraryTransaction } from './transaction.js';
 
 /** Runs a script in a new savepoint of the library's own, rolled back by the library when the script fails. */
 export type InLibrarySavepoint = (script: string) => Promise<Record<string, unknown>[][] | null>;
 
-/**
- * The wait's savepoint, named once in advisory/xact-sql.ts: read from its undo script, so that a rename
- * there follows here (and a change of that script's shape fails loudly at load, not at a wait).
- */
-const WAIT_SAVEPOINT = /^ROLLBACK TO SAVEPOINT (\w+);/.exec(undoWaitScript)?.[1];
-if (WAIT_SAVEPOINT === undefined) throw new Error('pgfence: undoWaitScript no longer starts with ROLLBACK TO SAVEPOINT <name>;');
+/** The wait's savepoint (named once, in advisory/xact-sql.ts), opened again after the library rolled it back. */
 const REOPEN_WAIT_SAVEPOINT = `SAVEPOINT ${WAIT_SAVEPOINT}`;
 
 /**

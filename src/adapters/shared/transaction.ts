@@ -30,12 +30,19 @@ export interface LibraryTransaction {
   status(): 'idle' | 'active' | 'failed' | 'unknown';
   /** Where the error tells the caller to go when the transaction is doomed, e.g. "let the error leave the sql.begin() callback". */
   rollbackAdvice: string;
+  /**
+   * Ends the transaction's connection. Given, it dooms the transaction instead of a queued failing
+   * statement: for libraries over node-postgres that do not queue a transaction's statements themselves
+   * (the statement would wait in node-postgres' own queue, which pg 8 deprecates and pg 9 removes).
+   */
+  endConnection?: () => Promise<unknown> | void;
 }
 
 /**
  * The XactExecutor of a transaction whose connection belongs to the library, not to pgfence: when
  * PostgreSQL does not answer in time, a statement that fails is queued right behind the unanswered one,
- * so whatever the caller sends next is refused (25P02) until the transaction is rolled back.
+ * so whatever the caller sends next is refused (25P02) until the transaction is rolled back; or, with
+ * `endConnection`, the connection is ended (the server rolls the transaction back when it sees it go).
  */
 export function libraryXactExecutor(t: LibraryTransaction): XactExecutor {
   return {
@@ -46,8 +53,13 @@ export function libraryXactExecutor(t: LibraryTransaction): XactExecutor {
     database: t.database,
     perTransaction: t.perTransaction,
     status: () => t.status(),
-    abandonAdvice: `the transaction is doomed (every later statement in it fails): ${t.rollbackAdvice}, and retry`,
+    abandonAdvice: `the transaction is doomed (every later statement in it fails${t.endConnection ? ': pgfence ended its connection' : ''}): ${t.rollbackAdvice}, and retry`,
     abandon() {
+      if (t.endConnection) {
+        // A failed end leaves the connection ended all the same: nothing runs in that transaction any more.
+        void Promise.resolve(t.endConnection()).catch(() => {});
+        return;
+      }
       t.sql.script(doomTransactionSql).catch(() => {}); // it fails by design
     },
   };
