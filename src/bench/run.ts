@@ -11,6 +11,7 @@ import { performance } from 'node:perf_hooks';
 import { migrate } from '../migrate/index.js';
 import { redactUrl } from '../session/index.js';
 import { BenchContext, type BenchConfig } from './context.js';
+import { adapters } from './measurements/adapters.js';
 import { callers } from './measurements/callers.js';
 import { durable } from './measurements/durable.js';
 import { footprint } from './measurements/footprint.js';
@@ -49,6 +50,7 @@ export const MEASUREMENTS: readonly Measurement[] = [
   { n: 10, id: 'sql', title: 'the SQL interface from pgbench', schema: true, run: sqlInterface },
   { n: 11, id: 'footprint', title: 'connections per locker, state by state', schema: true, run: footprint },
   { n: 12, id: 'pooled', title: 'through a transaction pooler', schema: true, run: pooled },
+  { n: 13, id: 'adapters', title: "xactLock through each data-layer adapter vs the library's own pg_advisory_xact_lock", schema: true, run: adapters },
 ];
 
 /** Which measurements `--only` names: numbers or ids, comma-separated; null when it names none. */
