@@ -18,6 +18,7 @@ import { lockKey } from '../../keys.js';
 import type { BenchContext } from '../context.js';
 import { atMost, timeRow } from '../report.js';
 import { fmt, pairedRatios, spread } from '../stats.js';
+import { loadPostgresJs } from '../peers.js';
 import { compareThroughput } from '../timing.js';
 
 /** One library's two sides: the adapter's xactLock and the library's own statement, each in its own transaction. */
@@ -46,7 +47,7 @@ const LIBRARIES: Record<string, Open> = {
     };
   },
   async postgres(ctx, name, key) {
-    const { default: postgres } = await import('postgres');
+    const postgres = await loadPostgresJs();
     const { xactLock } = await adapterSurfaces.postgres();
     const open = () => postgres(ctx.urlFor('m13p'), { max: 1, onnotice: () => {} });
     const [mine, theirs] = [open(), open()];

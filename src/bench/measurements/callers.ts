@@ -12,6 +12,7 @@ import { SQL, type BenchContext } from '../context.js';
 import { atLeast, rateRow } from '../report.js';
 import { fmt } from '../stats.js';
 import { compareThroughput, type Side } from '../timing.js';
+import { loadPostgresJs } from '../peers.js';
 
 const CALLERS = 64;
 const RELEASE_SCRIPT = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
@@ -65,9 +66,9 @@ export async function callers(ctx: BenchContext): Promise<void> {
 
 /** postgres.js with one connection, or why not. */
 async function postgresJsSide(ctx: BenchContext, keys: string[]): Promise<Side | string> {
-  let postgres: typeof import('postgres');
+  let postgres: Awaited<ReturnType<typeof loadPostgresJs>>;
   try {
-    postgres = (await import('postgres')).default;
+    postgres = await loadPostgresJs();
   } catch {
     return 'not installed (npm i -D postgres)';
   }

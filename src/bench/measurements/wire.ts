@@ -13,6 +13,7 @@ import { createLocker } from '../../locker.js';
 import { bareCycle, SQL, type BenchContext } from '../context.js';
 import { fmt } from '../stats.js';
 import { WireProxy, type WireCounts } from '../wire-proxy.js';
+import { loadPostgresJs } from '../peers.js';
 
 const CALLERS = 64;
 
@@ -187,9 +188,9 @@ export async function wire(ctx: BenchContext): Promise<void> {
 
 /** postgres.js on one connection, or null when it is not installed. */
 async function postgresJs(url: string, ctx: BenchContext) {
-  let postgres: typeof import('postgres');
+  let postgres: Awaited<ReturnType<typeof loadPostgresJs>>;
   try {
-    postgres = (await import('postgres')).default;
+    postgres = await loadPostgresJs();
   } catch {
     return null;
   }
