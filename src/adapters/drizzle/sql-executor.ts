@@ -77,12 +77,18 @@ function rowsOf(result: unknown): Row[] {
 
 /**
  * The rows of a simple query of one or more statements, statement by statement in order. node-postgres:
- * one QueryResult, or an array of them (one per statement). postgres.js: one Result (an array of rows
- * with a `command`), or a plain array of Results, one per statement that returned rows (a statement
- * without rows adds none: xactLock finds a wait's row by its columns, not by its position).
+ * one QueryResult, or an array of them (one per statement). postgres.js: one Result (an array of rows),
+ * or an array of Results (3.4 leaves out a statement without rows after the first, 4 does not: xactLock
+ * finds a wait's row by its columns, not by its position). Told apart by their elements, not by a Result's
+ * `command` (an own property in postgres 3, inherited in 4).
  */
 function resultsOf(result: unknown): Row[][] {
   if (!Array.isArray(result)) return [rowsOf(result)];
-  if (Object.hasOwn(result, 'command')) return [result as Row[]];
-  return result.map(rowsOf);
+  const perStatement = result.length > 0 && result.every((r) => Array.isArray(r) || isQueryResult(r));
+  return perStatement ? result.map(rowsOf) : [result as Row[]];
+}
+
+/** node-postgres's answer to one statement of a multi-statement query. */
+function isQueryResult(r: unknown): boolean {
+  return typeof r === 'object' && r !== null && Array.isArray((r as { rows?: unknown }).rows) && typeof (r as { command?: unknown }).command === 'string';
 }
