@@ -39,11 +39,11 @@ export function guardedWriteError(err: unknown, c: GuardedCall): PgfenceError {
   if (missingColumn === column) {
     const options = c.column === undefined ? undefined : { column: c.column };
     const add = versioned ? versionColumnSql(c.table, options) : fencingColumnSql(c.table, options);
-    const helper = versioned ? 'versionColumnSql(table)' : 'fencingColumnSql(table)';
+    const [helper, migration] = versioned ? ['versionColumnSql(table)', 'addVersionColumn(db, table)'] : ['fencingColumnSql(table)', 'addFencingColumn(db, table)'];
     return new PgfenceError(
       'PGFENCE_NOT_MIGRATED',
       `${c.call}: table ${table} has no ${versioned ? 'version' : 'fencing'} column "${column}": add it once with \`${add}\` ` +
-        `(${helper} returns that statement; each data-layer adapter also offers it as a migration of its own)`,
+        `(${helper} returns that statement; ${migration} runs it in a Kysely or Knex migration, and every other data-layer adapter offers it as its tool's migration)`,
       { cause: err },
     );
   }
