@@ -1,12 +1,18 @@
 import { type AnyKysely, kyselySqlExecutor } from './sql-executor.js';
 import type { XactExecutor } from '../../advisory/index.js';
+import { describeType, InvalidArgumentError } from '../../core/index.js';
 import { libraryXactExecutor, tryXactLockOn, type TryXactLockFunction, xactLockOn, type XactLockFunction } from '../shared/index.js';
 
 export type { FencedXactLockOptions, FencedXactLockResult, XactLockOptions, XactLockResult } from '../../advisory/index.js';
 
 function kyselyExecutor(trx: AnyKysely): XactExecutor {
+  const sql = kyselySqlExecutor(trx, 'trx', 'a Kysely transaction');
+  // executeQuery alone does not make a Kysely: the executor and the transaction flag are read below.
+  if (typeof (trx as { getExecutor?: unknown }).getExecutor !== 'function' || typeof (trx as { isTransaction?: unknown }).isTransaction !== 'boolean') {
+    throw new InvalidArgumentError('trx', `expected a Kysely transaction, got ${describeType(trx)}`);
+  }
   return libraryXactExecutor({
-    sql: kyselySqlExecutor(trx, 'trx', 'a Kysely transaction'),
+    sql,
     // Kysely makes a new Transaction object per transaction.
     identity: trx,
     // The dialect's adapter: one per Kysely instance, shared by its transactions (a new object each).

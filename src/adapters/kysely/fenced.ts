@@ -43,7 +43,7 @@ export function fenced<DB, UT extends keyof DB, TB extends keyof DB, O>(
   token: bigint,
   opts?: { column?: string },
 ): FencedUpdateQuery {
-  if (typeof builder !== 'object' || builder === null || typeof (builder as { set?: unknown }).set !== 'function') {
+  if (!isUpdateQueryBuilder(builder)) {
     throw new InvalidArgumentError('builder', `expected a Kysely update query builder, got ${describeType(builder)}`);
   }
   checkToken(token);
@@ -104,3 +104,15 @@ function tableName(update: UpdateQueryNode): string {
 }
 
 const FENCED_OPTION_KEYS = optionKeys<{ column?: string }>({ column: true });
+
+/** A Kysely update builder: the methods fenced() calls, and an update as its operation node. */
+function isUpdateQueryBuilder(b: unknown): boolean {
+  if (typeof b !== 'object' || b === null) return false;
+  const m = b as Record<string, unknown>;
+  if (!['set', 'where', 'returning', 'withPlugin', 'toOperationNode', 'compile'].every((name) => typeof m[name] === 'function')) return false;
+  try {
+    return (m.toOperationNode as () => { kind?: unknown })().kind === 'UpdateQueryNode';
+  } catch {
+    return false;
+  }
+}

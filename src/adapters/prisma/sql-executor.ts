@@ -35,7 +35,9 @@ export interface PrismaRawClient {
  */
 export function prismaSqlExecutor(db: unknown, argument = 'db', expected = 'a Prisma client or interactive transaction client'): SqlExecutor {
   const p = db as Partial<PrismaRawClient> | null;
-  if (typeof db !== 'object' || db === null || typeof p!.$queryRawUnsafe !== 'function' || typeof p!.$executeRawUnsafe !== 'function') {
+  // The query engine too: Prisma's client and its transaction clients carry it; a look-alike with two methods does not.
+  const engine = (db as { _engine?: unknown } | null)?._engine;
+  if (typeof db !== 'object' || db === null || typeof p!.$queryRawUnsafe !== 'function' || typeof p!.$executeRawUnsafe !== 'function' || typeof engine !== 'object' || engine === null) {
     throw new InvalidArgumentError(argument, `expected ${expected}, got ${describeType(db)}`);
   }
   const prisma = db as PrismaRawClient;
