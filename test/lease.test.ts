@@ -49,6 +49,26 @@ describe('leases', () => {
     await l.release();
   });
 
+  it("a TTL past Node's timer limit (100 days) is renewed a third of the way, not in a storm (issue 30)", async () => {
+    // Node runs a timer longer than 2^31 - 1 ms after 1 ms, warning TimeoutOverflowWarning as it is set.
+    const overflows: Error[] = [];
+    const onWarning = (w: Error) => {
+      if (w.name === 'TimeoutOverflowWarning') overflows.push(w);
+    };
+    process.on('warning', onWarning);
+    try {
+      const l = await open().lease('lease:100-days', { ttlMs: 100 * 24 * 3600 * 1000 });
+      await new Promise((r) => setImmediate(r)); // the warning is emitted on the next tick
+      await sleep(50); // a storm renews every millisecond: dozens of renewals by now
+      const { rows } = await pool.query(`SELECT renewed_at = acquired_at AS never_renewed FROM pgfence.leases WHERE key = $1`, [lockKey('lease:100-days')]);
+      expect(rows[0].never_renewed).toBe(true);
+      expect(overflows).toEqual([]);
+      await l.release();
+    } finally {
+      process.off('warning', onWarning);
+    }
+  });
+
   it('a holder that lost its lease can neither renew nor release it', async () => {
     const key = lockKey('lease:stolen');
     const old = await open().lease('lease:stolen', { ttlMs: 200, renew: false, owner: 'old' });

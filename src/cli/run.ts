@@ -8,7 +8,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { constants, hostname } from 'node:os';
 import { existsSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
-import { type LockHandle, LockLostError, LockTimeoutError, LockUnavailableError, PgfenceError, TIMED_OUT, within } from '../core/index.js';
+import { type LockHandle, LockLostError, LockTimeoutError, LockUnavailableError, PgfenceError, setLongTimeout, TIMED_OUT, within } from '../core/index.js';
 import { lockKey } from '../keys.js';
 import { createLocker, type Locker } from '../locker.js';
 import { withApplicationName } from '../session/index.js';
@@ -220,7 +220,8 @@ async function runLocked(o: RunOptions): Promise<number> {
     child = proc;
 
     let lost = false;
-    let killTimer: NodeJS.Timeout | undefined;
+    // A long timer: --kill-after may pass Node's ~24.8-day limit for one (Node would fire it after 1 ms).
+    let cancelKill: (() => void) | undefined;
     const heldHandle = handle;
     const onLost = () => {
       if (childExited || proc.pid === undefined) return;
@@ -230,7 +231,7 @@ async function runLocked(o: RunOptions): Promise<number> {
           `(SIGTERM${o.killAfterMs > 0 ? `, then SIGKILL after ${formatMs(o.killAfterMs)}` : ' and SIGKILL'})`,
       );
       proc.kill('SIGTERM');
-      killTimer = setTimeout(() => {
+      cancelKill = setLongTimeout(() => {
         if (childExited) return;
         if (o.killAfterMs > 0) say(`${commandText} did not exit within ${formatMs(o.killAfterMs)} of SIGTERM; sending SIGKILL`);
         proc.kill('SIGKILL');
@@ -248,7 +249,7 @@ async function runLocked(o: RunOptions): Promise<number> {
       },
     );
     childExited = true;
-    clearTimeout(killTimer);
+    cancelKill?.();
     handle.signal.removeEventListener('abort', onLost);
 
     if ('error' in outcome) {

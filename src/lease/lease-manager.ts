@@ -284,7 +284,8 @@ class LeaseHandleImpl extends BaseHandle implements LeaseHandle {
   private deadlineCancel: (() => void) | null = null;
   /** performance.now() past which the holder no longer trusts its lease. */
   private deadlineAt = Infinity;
-  private renewTimer: NodeJS.Timeout | null = null;
+  /** Cancels the next renewal's timer (a long timer: a TTL may pass Node's ~24.8-day limit for one). */
+  private renewCancel: (() => void) | null = null;
   private renewing: Promise<boolean> | null = null;
 
   constructor(
@@ -352,8 +353,8 @@ class LeaseHandleImpl extends BaseHandle implements LeaseHandle {
   /** @internal */ stopTimers(): void {
     this.deadlineCancel?.();
     this.deadlineCancel = null;
-    if (this.renewTimer) clearTimeout(this.renewTimer);
-    this.renewTimer = null;
+    this.renewCancel?.();
+    this.renewCancel = null;
   }
 
   protected doRelease(): Promise<boolean> {
@@ -368,15 +369,18 @@ class LeaseHandleImpl extends BaseHandle implements LeaseHandle {
   }
 
   private scheduleRenewal(ms: number): void {
-    this.renewTimer = setTimeout(() => {
-      this.renewTimer = null;
-      if (!this.held) return;
-      void this.renew().then((ok) => {
+    this.renewCancel = setLongTimeout(
+      () => {
+        this.renewCancel = null;
         if (!this.held) return;
-        // A failed attempt (database unreachable) is retried soon; the deadline still bounds the hold.
-        this.scheduleRenewal(ok ? this.ttlMs / 3 : Math.min(500, this.ttlMs / 10));
-      });
-    }, ms);
-    this.renewTimer.unref();
+        void this.renew().then((ok) => {
+          if (!this.held) return;
+          // A failed attempt (database unreachable) is retried soon; the deadline still bounds the hold.
+          this.scheduleRenewal(ok ? this.ttlMs / 3 : Math.min(500, this.ttlMs / 10));
+        });
+      },
+      ms,
+      true,
+    );
   }
 }
