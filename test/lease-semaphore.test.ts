@@ -44,6 +44,10 @@ describe('lease-backed semaphores', () => {
               tokens.set(permit.key, [...(tokens.get(permit.key) ?? []), permit.token!]);
               // The first three stay until all three are inside: all permits were usable at once.
               if (entries <= 3) await Promise.race([threeInside, sleep(10_000)]);
+              // Every permit is held across real awaits (issue 30): a surplus holder would be inside with the others,
+              // where a section that awaits nothing lets each holder leave before the next one enters.
+              await sleep(3 + (w % 3));
+              maxInside = Math.max(maxInside, inside);
               inside--;
             },
             { timeoutMs: 60_000 },
