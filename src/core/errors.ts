@@ -156,7 +156,8 @@ export class NotInTransactionError extends PgfenceError {
     super(
       'PGFENCE_NOT_IN_TRANSACTION',
       'xactLock() needs an open transaction (an autocommit transaction lock would be released at once); ' +
-        'call it after BEGIN, or inside db.transaction().execute() with Kysely',
+        "call it after BEGIN, or inside your data layer's transaction callback (Kysely: db.transaction().execute(); postgres.js: sql.begin(); " +
+        'Prisma: prisma.$transaction(); Drizzle: db.transaction(); TypeORM: dataSource.transaction(); Knex: knex.transaction())',
     );
   }
 }
