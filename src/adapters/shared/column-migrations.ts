@@ -5,9 +5,9 @@
 import { DEFAULT_FENCING_COLUMN, DEFAULT_VERSION_COLUMN, fencingColumnSql, quoteColumn, quoteTable } from '../../fencing/index.js';
 
 /**
- * Drops the enforcing trigger (if there is one) and the fencing column. The trigger goes first: it
- * names the column only as its argument, so dropping the column alone would leave a trigger that fails
- * every later UPDATE of the table.
+ * Drops the enforcing trigger (if there is one) and the fencing column. The trigger goes too: it names
+ * the column only as its argument, so dropping the column alone would leave a trigger running on every
+ * UPDATE of the table, which would guard a column of that name added later.
  */
 export function dropFencingColumnSql(table: string, opts?: { column?: string }): string {
   // The trigger's DROP as fencingColumnSql itself issues it before creating the trigger: its name has one definition.
