@@ -4,12 +4,21 @@
 -- The next token of a key. It never wraps: at the int64 maximum it raises instead. The caller's
 -- statement or transaction commits it together with the grant it belongs to.
 --
--- Tokens survive failover: a promotion starts a new timeline, and the first token issued on timeline T
--- is at least (T - 1) << 48 (the timeline in the high bits, a counter in the low 48). A commit lost with
--- the old primary (asynchronous replication) can set the stored counter back, but never past the new
--- timeline's floor, so a token issued after a promotion exceeds every token issued before it, lost ones
--- included, as long as one key takes fewer than 2^48 tokens on one timeline. On timeline 1 tokens are
--- 1, 2, 3, ... as before; older tokens (plain counter values) stay below every later one.
+-- A token is drawn from pgfence.token_sequence (migrations/0004), which a rollback does not undo: a
+-- token handed out in a transaction that then rolls back (the grant ends with it) is skipped, never
+-- handed out again, so a paused holder of a rolled-back grant cannot pass the guard of the next
+-- holder. The per-key row keeps the last committed token (a key's tokens still increase in grant
+-- order: every issuer of a key holds the key). One limit the database imposes: a sequence's advance
+-- reaches disk with the next WAL flush (any commit, or the WAL writer within wal_writer_delay), so a
+-- server crash in that instant after a rolled-back issue can hand that number out again.
+--
+-- Tokens survive failover: a promotion starts a new timeline, and every token issued on timeline T
+-- is at least (T - 1) << 48 (the timeline in the high bits). The first issue below that floor moves
+-- the sequence up to it. A commit lost with the old primary (asynchronous replication) can set the
+-- sequence and the stored counter back, but never past the new timeline's floor, so a token issued
+-- after a promotion exceeds every token issued before it, lost ones included, as long as fewer than
+-- 2^48 tokens are issued on one timeline. On timeline 1 tokens are plain sequence values; older
+-- tokens (per-key counter values, migrations/0004) stay below every later one.
 -- The timeline is the WAL insert timeline (pg_walfile_name of the current LSN), which a promoted server
 -- switches to before it accepts writes; pg_control_checkpoint() would lag until the end-of-recovery
 -- checkpoint.
@@ -17,27 +26,40 @@ CREATE OR REPLACE FUNCTION pgfence.next_token(p_key bigint) RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
   timeline bigint := ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint;
-  floor_token bigint;
+  floor_token bigint := (timeline - 1) << 48;
+  drawn bigint;
   issued bigint;
 BEGIN
   IF timeline > 32768 THEN  -- (32768 - 1) << 48 is the last floor below the int64 maximum
     RAISE EXCEPTION 'pgfence: the fencing tokens of key % are exhausted (timeline % is beyond 32768)', p_key, timeline
       USING ERRCODE = 'PGF02';
   END IF;
-  floor_token := (timeline - 1) << 48;
+  drawn := nextval('pgfence.token_sequence');
+  IF drawn < floor_token THEN
+    -- The first issue on a new timeline: move the sequence up to the floor. Movers take turns (the
+    -- lock conflicts only with itself, not with UPDATEs), so none sets the sequence back past a
+    -- value another has drawn: each draws again once it has the lock.
+    LOCK TABLE pgfence.fencing_tokens IN SHARE UPDATE EXCLUSIVE MODE;
+    drawn := nextval('pgfence.token_sequence');
+    IF drawn < floor_token THEN
+      drawn := floor_token;
+      PERFORM setval('pgfence.token_sequence', drawn);
+    END IF;
+  END IF;
   -- A token must be durable before anyone acts on it, whatever the server's default.
   PERFORM set_config('synchronous_commit', 'on', true);
+  -- greatest(): the stored counter wins only for a key whose counter predates the sequence.
   -- Every token but a key's first is a plain UPDATE: no row-lock WAL record (an upsert writes one), and
   -- no exception block to catch the int64 maximum (that would be a subtransaction on every token).
   UPDATE pgfence.fencing_tokens AS t
-     SET token = greatest(t.token + 1, floor_token), updated_at = now()
+     SET token = greatest(t.token + 1, drawn), updated_at = now()
    WHERE t.key = p_key AND t.token < 9223372036854775807
   RETURNING t.token INTO issued;
   IF NOT FOUND THEN
     INSERT INTO pgfence.fencing_tokens AS t (key, token)
-    VALUES (p_key, greatest(1, floor_token))
+    VALUES (p_key, drawn)
     ON CONFLICT (key) DO UPDATE
-      SET token = greatest(t.token + 1, floor_token), updated_at = now()
+      SET token = greatest(t.token + 1, drawn), updated_at = now()
       WHERE t.token < 9223372036854775807
     RETURNING t.token INTO issued;
     IF NOT FOUND THEN  -- the row holds the int64 maximum

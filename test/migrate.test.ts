@@ -188,6 +188,7 @@ describe('migrate() with the package schema', () => {
       { version: 1, name: '0001_schema.sql', checksum: expect.stringMatching(/^[0-9a-f]{64}$/) },
       { version: 2, name: '0002_lease_updates_stay_hot.sql', checksum: expect.stringMatching(/^[0-9a-f]{64}$/) },
       { version: 3, name: '0003_lease_hold_until.sql', checksum: expect.stringMatching(/^[0-9a-f]{64}$/) },
+      { version: 4, name: '0004_token_sequence.sql', checksum: expect.stringMatching(/^[0-9a-f]{64}$/) },
     ]);
   });
 
@@ -232,6 +233,33 @@ describe('migrate() from five processes at once', () => {
     const perVersion = await query<{ version: number; n: number }>(url, 'SELECT version, count(*)::int AS n FROM pgfence.schema_migrations GROUP BY version ORDER BY version');
     const files = await readMigrationSet(packageFolders());
     expect(perVersion).toEqual(files.migrations.map((f) => ({ version: f.version, n: 1 })));
+  });
+});
+
+describe('0004_token_sequence on a database that has issued tokens (issue 30, gap 1)', () => {
+  it('starts the sequence above every counter: no key reissues a rolled-back token after the upgrade', async () => {
+    const url = await freshDatabase('token_upgrade');
+    // The schema as 0003 left it (no definitions needed), with counters a deployment would have: one
+    // on timeline 1 and one issued after a promotion (timeline 2, the floor 1 << 48 plus a counter).
+    const dir = await mkdtemp(join(tmpdir(), 'pgfence-migrate-'));
+    tempDirs.push(dir);
+    const folders = { migrationsDir: join(dir, 'migrations'), sqlDir: join(dir, 'sql') };
+    await cp(packageFolders().migrationsDir, folders.migrationsDir, { recursive: true, filter: (f) => !/0004_token_sequence/.test(f) });
+    await cp(fixtures + 'basic/sql', folders.sqlDir, { recursive: true, filter: (f) => !f.endsWith('.sql') });
+    await runOn(url, folders);
+    expect(await appliedVersions(url)).toEqual([1, 2, 3]);
+    await query(url, `INSERT INTO pgfence.fencing_tokens (key, token) VALUES (1, 5000), (2, (1::int8 << 48) + 7000)`);
+    await migrate({ connectionString: url });
+    await withClient(url, async (c) => {
+      for (const key of [1n, 2n, 3n]) {
+        await c.query('BEGIN');
+        const rolledBack = BigInt((await c.query<{ t: string }>('SELECT pgfence.next_token($1)::text AS t', [key])).rows[0]!.t);
+        await c.query('ROLLBACK');
+        const next = BigInt((await c.query<{ t: string }>('SELECT pgfence.next_token($1)::text AS t', [key])).rows[0]!.t);
+        expect(rolledBack, `key ${key}: above every counter`).toBeGreaterThan((1n << 48n) + 7000n);
+        expect(next, `key ${key}`).toBeGreaterThan(rolledBack);
+      }
+    });
   });
 });
 
