@@ -49,6 +49,10 @@ export class PgLockerContext implements LockerContext {
     return this.budget.check(target, count);
   }
 
+  reserveBudget(total: number): { holding(n: number): void; end(): void } {
+    return this.budget.reserve(total);
+  }
+
   checkOpen(): void {
     if (this.closing()) throw new LockerClosedError();
   }

@@ -24,6 +24,11 @@ export interface LockerContext {
    * server-wide guard by its last sample, a promise that checks a fresh one (LockTableFullError).
    */
   checkBudget(target: LockTarget, count?: number): Promise<void> | null;
+  /**
+   * Counts a set admitted as a whole (acquireAll) against the budget for as long as it is in flight;
+   * `holding(n)` as it takes them (the n it holds are counted as held), `end()` once it is over.
+   */
+  reserveBudget(total: number): { holding(n: number): void; end(): void };
   /** Throws LockerClosedError once close() was called. */
   checkOpen(): void;
   /** Records a key's name for inspect and status (written in batches). */

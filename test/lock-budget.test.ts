@@ -1,8 +1,8 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createLocker, InvalidArgumentError, LockBudgetError, LockTableFullError, type LockHandle } from '../src/index.js';
+import { createLocker, InvalidArgumentError, LockBudgetError, LockTableFullError, lockKey, type LockHandle } from '../src/index.js';
 import { capabilityMissing } from './support/capability.js';
-import { appName, queryOnce, track, useTestDatabase } from './support/db.js';
+import { appName, eventually, queryOnce, track, useTestDatabase } from './support/db.js';
 import { type PrivateCluster, privateClusterUnavailable, startPrivateCluster } from './support/cluster.js';
 
 let db: Awaited<ReturnType<typeof useTestDatabase>>;
@@ -49,6 +49,29 @@ describe('maxHeldLocks', () => {
     const d = await locker.acquire('budget:d');
     for (const h of [b, c, d]) await h.release();
     expect(locker.stats().held).toBe(0);
+  });
+
+  it("counts an acquireAll's whole set while it is in flight: other acquires cannot take the keys it still needs (issue 30)", async () => {
+    const app = appName('budget-all');
+    const locker = track(createLocker({ connectionString: db.urlWith({ application_name: app }), maxHeldLocks: 6 }));
+    const names = Array.from({ length: 6 }, (_, i) => `budget-all:${i}`);
+    // The set's lowest key is held elsewhere: acquireAll gives back what it took past it and waits for it,
+    // holding nothing — yet it will take all six once that key is free.
+    const lowest = [...names].sort((a, b) => (lockKey(a) < lockKey(b) ? -1 : 1))[0]!;
+    const blocker = track(createLocker({ connectionString: db.url }));
+    const held = await blocker.acquire(lowest);
+    const all = locker.acquireAll(names, { timeoutMs: 20_000 });
+    all.catch(() => {}); // awaited below; a failed assertion before that must not leave it unhandled
+    const grantedTo = async () =>
+      (await queryOnce<{ n: number }>(db.url, `SELECT count(*)::int AS n FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+          WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = $1`, [app]))[0]!.n;
+    await eventually(async () => locker.stats().waiting === 1 && (await grantedTo()) === 0);
+    const other = await locker.acquire('budget-all:other').catch((e: unknown) => e);
+    expect(other, 'refused: the set in flight takes the whole budget').toBeInstanceOf(LockBudgetError);
+    await held.release();
+    const set = await all;
+    expect(await advisoryLocksOf(db.url, app)).toBe(6);
+    await set.release();
   });
 
   it('rejects a bad maxHeldLocks before any I/O', () => {

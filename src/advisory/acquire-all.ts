@@ -47,8 +47,13 @@ export async function acquireAll(
   // One canonical order (ascending key) for every caller: two acquireAll calls can never wait on each other in a cycle.
   const ordered = [...targets.values()].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
   const admission = ctx.checkBudget(first.target, ordered.length);
-  if (admission) return admission.then(() => takeAll(locks, first, ordered, (pending) => ctx.refusedIfPooled(pending)));
-  return takeAll(locks, first, ordered, (pending) => ctx.refusedIfPooled(pending));
+  const take = () => {
+    // Admitted as a whole, the set keeps its room until it is over: its tries in flight and the keys
+    // past its wait are in no line yet, and nobody else may take that room meanwhile.
+    const reservation = ctx.reserveBudget(ordered.length);
+    return takeAll(locks, first, ordered, (pending) => ctx.refusedIfPooled(pending), reservation);
+  };
+  return admission ? admission.then(take) : take();
 }
 
 /** Takes the ordered targets (see acquireAll), all or none. */
@@ -60,6 +65,8 @@ async function takeAll(
   ordered: LockTarget[],
   /** Maps a failure of a pinned session to the pooler refusal when that is its cause. */
   refusedIfPooled: <T>(pending: Promise<T>) => Promise<T>,
+  /** The set's room in the budget: told what it holds as it goes, ended when the call is over. */
+  reservation: { holding(n: number): void; end(): void },
 ): Promise<CompositeLockHandle> {
   const deadline = template.timeoutMs === Infinity ? Infinity : performance.now() + template.timeoutMs;
   const held: AdvisoryLockHandle[] = [];
@@ -73,6 +80,8 @@ async function takeAll(
       const tries = await refusedIfPooled(locks.tryMany(bulk, ordered.slice(next)));
       let granted = 0;
       while (granted < tries.length && tries[granted] !== null) held.push(tries[granted++]!);
+      // The keys held are counted as held now, and the one it waits for as waiting.
+      reservation.holding(held.length + 1);
       // Past the first key not granted, give back what was: a wait holds only keys before its own.
       await Promise.all(tries.slice(granted + 1).map((h) => h?.release()));
       template.signal?.throwIfAborted();
@@ -83,11 +92,14 @@ async function takeAll(
       const handle = await acquire(target, timeoutMs);
       if (!handle) throw new LockTimeoutError(target.name, target.key, template.timeoutMs, 'lock', 'acquireAll');
       held.push(handle);
+      reservation.holding(held.length);
       next++;
     }
   } catch (err) {
     await Promise.all(held.map((h) => h.release()));
     throw err;
+  } finally {
+    reservation.end();
   }
   return new CompositeLockHandle(held, () => locks.releaseMany(held));
 }

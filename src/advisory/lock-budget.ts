@@ -59,6 +59,8 @@ export class LockBudget {
   private sampling: Promise<void> | null = null;
   /** Locks admitted by the guard whose requests have not yet entered their line (inUse does not count them yet). */
   private admitting = 0;
+  /** Locks the acquireAll calls in flight will still take (their tries in flight, the keys past their wait): see reserve. */
+  private reserved = 0;
 
   constructor(
     explicit: number | undefined,
@@ -93,7 +95,7 @@ export class LockBudget {
    * stale) and rejects with LockTableFullError if the fresh one refuses too; null when admitted.
    */
   check(target: LockTarget, count = 1): Promise<void> | null {
-    const inUse = this.inUse();
+    const inUse = this.inUse() + this.reserved;
     if (this.limit !== null && inUse + count > this.limit) throw new LockBudgetError(target.name, target.key, this.limit, inUse);
     if (this.tableSize === null || this.sampleServer === null) return null;
     const used = inUse + this.admitting;
@@ -103,7 +105,7 @@ export class LockBudget {
     }
     if (!sample || this.admits(sample, used, count, growthSharers(sample))) return null;
     return this.resample(true).then(() => {
-      const now = this.inUse() + this.admitting;
+      const now = this.inUse() + this.reserved + this.admitting;
       const fresh = this.sample!;
       // Only a sample taken now shows who holds locks now; when none could be taken, the old one's rule stands.
       const sharers = fresh !== sample ? fresh.holders : growthSharers(fresh);
@@ -114,6 +116,22 @@ export class LockBudget {
       const limit = Math.floor(this.tableSize! * SERVER_LOCK_TABLE_SHARE);
       throw new LockTableFullError({ guard: { serverLocks: fresh.locks + Math.max(0, now - fresh.ownThen), limit, table: this.tableSize! } });
     });
+  }
+
+  /**
+   * Counts the `total` locks of a set admitted as a whole (acquireAll) for as long as it is in flight:
+   * its tries in flight and the keys past the one it waits for are in no line, so inUse alone would
+   * admit others into the room the set will take. `holding(n)`: the set now holds (or waits for) n of
+   * them, which inUse counts; `end()` once it is over.
+   */
+  reserve(total: number): BudgetReservation {
+    let counted = total;
+    this.reserved += total;
+    const set = (n: number) => {
+      this.reserved += n - counted;
+      counted = n;
+    };
+    return { holding: (n) => set(Math.max(0, total - n)), end: () => set(0) };
   }
 
   /**
@@ -153,6 +171,12 @@ export class LockBudget {
       .finally(() => (this.sampling = null));
     return this.sampling;
   }
+}
+
+/** A set's claim on the budget while it is in flight (LockBudget.reserve). */
+export interface BudgetReservation {
+  holding(n: number): void;
+  end(): void;
 }
 
 /** The guard's sampler: the server's advisory locks, read on one of the locker's live pinned sessions. */

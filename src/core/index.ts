@@ -9,3 +9,4 @@ export * from './vocabulary.js';
 export * from './errors.js';
 export * from './describe-type.js';
 export * from './text-table.js';
+export * from './state-machine.js';
