@@ -2,7 +2,7 @@ import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { type LockBudget, nestingConflict, runHolding } from './advisory/index.js';
 import type { LockerContext } from './locker-parts.js';
-import { LockerClosedError, type LockHandle, type LockKind, NestedLockError } from './core/index.js';
+import { LockerClosedError, type LockHandle, type LockKind, LockLostError, NestedLockError } from './core/index.js';
 import type { LockTarget } from './keys.js';
 import type { ResolvedLockerOptions } from './locker-options.js';
 import type { Logger, NameRegistry } from './observe/index.js';
@@ -74,11 +74,22 @@ export class PgLockerContext implements LockerContext {
 
   runHolding<H extends LockHandle, T>(handle: H, fn: (handle: H) => Promise<T>): Promise<T> {
     return runHolding(this.owner, handle, async () => {
+      let value: T;
       try {
-        return await fn(handle);
-      } finally {
+        value = await fn(handle);
+      } catch (err) {
         await handle.release();
+        throw err;
       }
+      // Read as the callback settles (a lease checks its deadline there and then); the release may still find
+      // the lock already gone, and its signal aborts then too. Either way the callback did not hold it to its end.
+      const lost = handle.signal.aborted;
+      await handle.release();
+      if (lost || handle.signal.aborted) {
+        const reason = handle.signal.reason as LockLostError;
+        throw new LockLostError(reason.lockName, reason.key, reason.reason, { cause: reason, value });
+      }
+      return value;
     });
   }
 }

@@ -12,7 +12,12 @@ export interface LockerOptions {
    * (and without `pool`), the PG* environment says where the database is, as for node-postgres and psql.
    */
   connectionString?: string;
-  /** Or a pool to pin the locker's connections from, for the locker's lifetime. */
+  /**
+   * Or a pool to pin the locker's connections from, for the locker's lifetime. Each check-out waits at
+   * most the probe deadline (max(2 x keepaliveMs, 2000) ms), as the locker's own pool does, whatever the
+   * pool's connectionTimeoutMillis: past it the call fails with LockUnavailableError, and a connection
+   * that arrives later goes straight back to the pool.
+   */
   pool?: pg.Pool;
   /**
    * For the locker's pinned sessions (session locks, semaphores, the waiter, the listener) when

@@ -35,7 +35,10 @@ export interface LockerContext {
   noteName(key: bigint, name: string | null): void;
   /** A pinned-session failure is reported as the pooler refusal it may really be. */
   refusedIfPooled<T>(pending: Promise<T>): Promise<T>;
-  /** Runs fn holding `handle` (seen by nesting checks), then releases it. */
+  /**
+   * Runs fn holding `handle` (seen by nesting checks), then releases it; rejects with LockLostError (fn's
+   * value as its `value`) when the lock was lost before fn settled, or the release found it gone.
+   */
   runHolding<H extends LockHandle, T>(handle: H, fn: (handle: H) => Promise<T>): Promise<T>;
 }
 

@@ -40,7 +40,9 @@ export interface Locker extends EventEmitter<LockerEvents> {
   tryAcquire(name: LockName, opts: Omit<FencedAcquireOptions, 'timeoutMs'>): Promise<FencedLockHandle | null>;
   tryAcquire(name: LockName, opts?: Omit<AcquireOptions, 'timeoutMs'>): Promise<LockHandle | null>;
   /**
-   * Runs `fn` holding a session lock, and releases it when `fn` settles (also when it throws).
+   * Runs `fn` holding a session lock, and releases it when `fn` settles (also when it throws). When
+   * the lock was lost before `fn` settled (or its release finds it gone), rejects with LockLostError,
+   * `fn`'s value as its `value`, even if `fn` resolved: the work did not hold the lock to its end.
    *
    * @example
    * ```ts fragment
@@ -54,7 +56,8 @@ export interface Locker extends EventEmitter<LockerEvents> {
   withLock<T>(name: LockName, fn: (handle: LockHandle) => Promise<T>, opts?: AcquireOptions): Promise<T>;
   /**
    * Runs `fn` holding a session lock if it is free now; `{ acquired: false }` without running it when
-   * the lock is held elsewhere.
+   * the lock is held elsewhere. Like withLock, rejects with LockLostError (`fn`'s value as its `value`)
+   * when the lock was lost before `fn` settled.
    *
    * @example
    * ```ts fragment
@@ -106,7 +109,9 @@ export interface Locker extends EventEmitter<LockerEvents> {
    */
   tryLease<D = unknown>(name: LockName, opts?: Omit<LeaseOptions<D>, 'timeoutMs'>): Promise<LeaseHandle<D> | null>;
   /**
-   * Runs `fn` holding a lease, and releases it when `fn` settles.
+   * Runs `fn` holding a lease, and releases it when `fn` settles. When the lease was lost before `fn`
+   * settled (its signal aborted, or its release finds it no longer this holder's), rejects with
+   * LockLostError, `fn`'s value as its `value`, even if `fn` resolved.
    *
    * @example
    * ```ts fragment
@@ -119,7 +124,8 @@ export interface Locker extends EventEmitter<LockerEvents> {
   withLease<T, D = unknown>(name: LockName, fn: (handle: LeaseHandle<D>) => Promise<T>, opts?: LeaseOptions<D>): Promise<T>;
   /**
    * Runs `fn` holding a lease if it is free now; `{ acquired: false }` without running it when the
-   * lease is held.
+   * lease is held. Like withLease, rejects with LockLostError (`fn`'s value as its `value`) when the
+   * lease was lost before `fn` settled.
    *
    * @example
    * ```ts fragment
@@ -249,11 +255,14 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
       },
       logger,
     );
-    this.sessions = new SessionPool(
-      this.source,
-      { size: opts.maxSessions, keepaliveMs, deadlineMs, idleTimeoutMs: opts.idleTimeoutMs, logger, statements: sessionLockStatements, warmWaiter: warmGuardSql },
-      (session, err) => this.parts.onSessionLost(session, err),
-    );
+    this.sessions = new SessionPool(this.source, {
+      size: opts.maxSessions, keepaliveMs, deadlineMs, idleTimeoutMs: opts.idleTimeoutMs, logger, statements: sessionLockStatements, warmWaiter: warmGuardSql,
+      onLost: (session, err) => this.parts.onSessionLost(session, err),
+      onNotification: (msg) => this.listener.notified(msg),
+      waiterBlocked: () => this.locks.waiterBlocked(),
+      needed: () => this.parts.held > 0 || this.parts.waiting > 0,
+      waiting: () => this.parts.waiting > 0,
+    });
     // Lease statements, names and inspect go on the home session (no connection of their own).
     this.statements = new ShortStatements(this.source, this.sessions);
     this.names = new NameRegistry((statement, values) => this.statements.run(statement, values), logger);
@@ -261,9 +270,6 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
     this.observer = new Observer(this, logger, opts.meter, () => this.stats().held);
     this.listener = new ReleaseListener(this.sessions, logger, (key) => this.parts.onRelease(key));
     this.locks = this.parts.add(new AdvisoryLockManager(this.sessions, this.listener, this.observer, deadlineMs));
-    this.sessions.waiterBlocked = () => this.locks.waiterBlocked();
-    this.sessions.needed = () => this.parts.held > 0 || this.parts.waiting > 0;
-    this.sessions.waiting = () => this.parts.waiting > 0;
     this.leases = this.parts.add(new LeaseManager(this.statements, this.sessions, this.listener, this.observer, (key) => this.locks.pinsKey(key), this.locks.waiterQueue));
     this.semaphores = this.parts.add(new SemaphoreManager(this.sessions, this.listener, this.observer));
   }
@@ -354,8 +360,8 @@ class PgLocker extends EventEmitter<LockerEvents> implements Locker {
   leader(name: LockName, opts?: Omit<LeaseOptions, 'timeoutMs' | 'allowNested'>): LeaderElection {
     const campaign = startCampaign(this.ctx, name, opts, {
       lease: (leaseOpts) => this.lease(name, leaseOpts),
-      guard: async (key, guardName) =>
-        (await this.ctx.refusedIfPooled(this.locks.acquire(leaderGuardRequest(this.ctx, key, guardName), false)))!,
+      guard: async (key, guardName, signal) =>
+        (await this.ctx.refusedIfPooled(this.locks.acquire(leaderGuardRequest(this.ctx, key, guardName, signal), false)))!,
     });
     this.campaigns.add(campaign);
     return campaign;

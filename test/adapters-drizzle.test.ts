@@ -185,7 +185,7 @@ describe.each(drivers)('pgfence/drizzle on drizzle-orm/$name', (driver) => {
       const id = await shipment();
       const q = d.fenced(db.update(shipments).set({ state: 'paid' }).where(eq(shipments.id, id)), 7n);
       expect(q.toSQL().sql).toMatch(
-        /^with "pgfence updated" as \(update "shipments" set "state" = \$1, "touched" = touched \+ 1, "fencing_token" = \$2 where \("shipments"\."id" = \$3 and \("fencing_token" is null or "fencing_token" <= \$4\)\) returning 1\)/,
+        /^WITH "pgfence updated" AS \(update "shipments" set "state" = \$1, "touched" = touched \+ 1, "fencing_token" = \$2 where \("shipments"\."id" = \$3 and \("fencing_token" IS NULL OR "fencing_token" <= \$4\)\) returning 1\)/,
       );
       expect(await q.execute()).toEqual({ applied: true, written: 1, refused: 0 });
       expect(await shipmentRow(id)).toMatchObject({ state: 'paid', touched: 1, fencing_token: '7' });

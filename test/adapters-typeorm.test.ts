@@ -410,9 +410,7 @@ describe('fenced(updateQueryBuilder, token)', () => {
     const bare = builder.getQueryAndParameters();
     const guarded = t.fenced(builder, 41n);
     const [sql, parameters] = guarded.getQueryAndParameters();
-    expect(sql).toBe(`WITH "pgfence updated" AS (
-  UPDATE "bank"."accounts" SET "owner_name" = $1, "row_version" = "row_version" + 1, "fencing_token" = $2 WHERE ("id" = $3 AND "owner_name" <> $4) AND ("fencing_token" IS NULL OR "fencing_token" <= $2) RETURNING 1
-)
+    expect(sql).toBe(`WITH "pgfence updated" AS (UPDATE "bank"."accounts" SET "owner_name" = $1, "row_version" = "row_version" + 1, "fencing_token" = $2 WHERE ("id" = $3 AND "owner_name" <> $4) AND ("fencing_token" IS NULL OR "fencing_token" <= $2) RETURNING 1)
 SELECT CAST((SELECT count(*) FROM "pgfence updated") AS int) AS written,
        CAST((SELECT count(*) FROM "bank"."accounts" WHERE "id" = $3 AND "owner_name" <> $4) AS int) AS matched,
        CAST((SELECT max("fencing_token") FROM "bank"."accounts" WHERE "id" = $3 AND "owner_name" <> $4) AS text) AS current`);

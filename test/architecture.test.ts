@@ -1,11 +1,42 @@
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
+import ts from 'typescript';
 import { describe, expect, it } from 'vitest';
-import { importCycles, importGraph, largestFiles } from './support/import-graph.js';
+import { importCycles, importGraph } from './support/import-graph.js';
 
 // The layout promises of docs/ARCHITECTURE.md, checked on the source itself.
 const SRC = join(import.meta.dirname, '..', 'src');
-const MAX_LINES = 400;
+/** A literal that starts like a statement (or a script's first keyword). */
+const SQL_START = /^\s*(SELECT|INSERT|UPDATE|DELETE|WITH|SET|RESET|SHOW|LISTEN|UNLISTEN|NOTIFY|BEGIN|COMMIT|ROLLBACK|SAVEPOINT|RELEASE SAVEPOINT|CREATE|DROP|ALTER|DO|LOCK TABLE|DECLARE)(\s|$)/;
+/**
+ * The tools build statements that are not pgfence's own: the bench times bare clients and peers, the
+ * demo creates its story's table. The rule is about the library's statements.
+ */
+const TOOLS = ['bench/', 'cli/demo/'];
+
+/** The string and template literals of a source file that read as SQL, with their lines. */
+function sqlLiterals(file: string): string[] {
+  const source = ts.createSourceFile(file, readFileSync(join(SRC, file), 'utf8'), ts.ScriptTarget.Latest, true);
+  const found: string[] = [];
+  const visit = (node: ts.Node): void => {
+    const text = ts.isStringLiteral(node) || ts.isNoSubstitutionTemplateLiteral(node) ? node.text : ts.isTemplateExpression(node) ? node.head.text : null;
+    // A lone keyword is a word, not a statement ('WITH' naming a builder's clause in a message).
+    if (text !== null && SQL_START.test(text) && /\S\s+\S/.test(text) && !ts.isImportDeclaration(node.parent) && !ts.isExportDeclaration(node.parent)) {
+      found.push(`${file}:${source.getLineAndCharacterOfPosition(node.getStart()).line + 1}: ${text.trim().split('\n')[0]!.slice(0, 60)}`);
+    }
+    ts.forEachChild(node, visit);
+  };
+  visit(source);
+  return found;
+}
+
+/** Every .ts file under src/, relative to it. */
+function sourceFiles(dir = ''): string[] {
+  return readdirSync(join(SRC, dir)).flatMap((entry) => {
+    const rel = dir ? `${dir}/${entry}` : entry;
+    return statSync(join(SRC, rel)).isDirectory() ? sourceFiles(rel) : rel.endsWith('.ts') ? [rel] : [];
+  });
+}
 
 /** The folders under src/: each is an area (session, advisory, lease, wait, fencing, observe, core, ...). */
 const areas = new Set(readdirSync(SRC).filter((entry) => statSync(join(SRC, entry)).isDirectory()));
@@ -19,9 +50,27 @@ describe('architecture', () => {
     expect(importCycles(SRC)).toEqual([]);
   });
 
-  it(`keeps every source file under ${MAX_LINES} lines`, () => {
-    const over = largestFiles(SRC, 1000).filter(({ lines }) => lines >= MAX_LINES);
-    expect(over).toEqual([]);
+  // A module holds one concept, whatever its length (no line limit: a limit shaped boundaries by the
+  // count, not the concept). What is checked instead is where the kinds of code that must stay
+  // reviewable in one place live: SQL, and the stateful core's state.
+  it('keeps SQL text in the *-sql.ts module of its area (sql/ and migrations/ hold the schema)', () => {
+    const outside = sourceFiles()
+      .filter((f) => !f.endsWith('-sql.ts') && !TOOLS.some((tool) => f.startsWith(tool)))
+      .flatMap(sqlLiterals);
+    expect(outside).toEqual([]);
+  });
+
+  it('changes the state of the wait line, a waiter and a session in one transition function each', () => {
+    for (const [file, field] of [
+      ['wait/wait-line.ts', 'state'],
+      ['wait/waiter.ts', 'current'],
+      ['session/session.ts', 'current'],
+    ] as const) {
+      const text = readFileSync(join(SRC, file), 'utf8');
+      const assignments = [...text.matchAll(new RegExp(`this\\.${field} = `, 'g'))];
+      expect(assignments.length, `${file}: this.${field} is assigned in its move() only`).toBe(1);
+      expect(text).toMatch(new RegExp(`this\\.${field} = \\w+_STATES\\.transition\\(`));
+    }
   });
 
   it("reaches another area only through that area's index", () => {

@@ -20,7 +20,7 @@ const all = [...docs, ...examples];
 const kinds = (lang: string, ...flags: string[]) => all.filter((b) => b.lang === lang && flags.every((f) => b.flags.includes(f)));
 
 /** The info strings a block may carry (CONTRIBUTING.md): anything else is a mistake the test names. */
-const KNOWN = new Set(['ts', 'ts fragment', 'js', 'js run', 'sql psql', 'sql psql twice', 'sql fragment', 'sh', 'python fragment', 'go fragment', 'json', 'text', 'text output']);
+const KNOWN = new Set(['ts', 'ts fragment', 'js', 'js run', 'sql psql', 'sql psql twice', 'sql fragment', 'sh', 'python fragment', 'go fragment', 'json', 'text', 'text output', 'mermaid']);
 const info = (b: CodeBlock) => [b.lang, ...b.flags].join(' ');
 /** A block that shows a file of the repository (`python file=examples/x.py`): the file's own test runs it. */
 const fileOf = (b: CodeBlock) => b.flags.find((f) => f.startsWith('file='))?.slice('file='.length);

@@ -211,6 +211,88 @@ describe('the exploration checker, on hand-made histories', () => {
     expect(answerDeadline(op({ invokedAt: 100, boundMs: 1000 }), [{ from: 0, to: 300 }, { from: 400, to: 500 }], 500)).toBe(1400 + grace);
   });
 
+  describe('turns: a waiter seen in PostgreSQL\'s queue is passed over by no caller that asked after it had queued', () => {
+    const turns = { kinds: { 'xact-pg': 'kept' as const, session: 'lost-to-lease' as const }, leaseKinds: ['lease'], leaseTtlMs: 2000 };
+    /**
+     * w (xact-pg) asked at 100 and entered the queue for n0 by 115 (seen waiting until 880), granted at 900. Ahead of
+     * it: a0 held the name (granted at 50), a1 asked at 90; both hold once while it waits, as the bound allows.
+     */
+    const scene = (kind = 'xact-pg', mode: 'exclusive' | 'shared' = 'exclusive') => {
+      const w = hold({ actor: 'w', kind, family: kind === 'session' ? 'session' : 'xact', mode, requestedAt: 100, grantedAt: 900 });
+      const call = op({ actor: 'w', kind, name: 'n0', mode, timeoutMs: 3000, boundMs: 5000, invokedAt: 100, calledAt: 100, settledAt: 900, hold: w.id });
+      const sighting = { actor: 'w', name: 'n0', mode, enteredFrom: 110, enteredBy: 115, firstSeenAt: 130, lastSentAt: 880 };
+      const ahead = [released({ actor: 'a0', requestedAt: 0, grantedAt: 50, releasedAt: 300 }), released({ actor: 'a1', requestedAt: 90, grantedAt: 310, releasedAt: 500 })];
+      return { w, call, sighting, ahead };
+    };
+    /** a2 asked at 200, after w had queued, and was granted at 510, before w. */
+    const overtaker = (fields: Partial<HoldRecord> & { releasedAt?: number } = {}) => released({ actor: 'a2', requestedAt: 200, grantedAt: 510, releasedAt: 700, ...fields });
+    const turnsHistory = (holds: HoldRecord[], parts: Partial<History> = {}) => {
+      const { w, call, sighting } = scene();
+      return history({ holds: [w, ...holds], ops: [call], queue: [sighting], ...parts }, { turns });
+    };
+
+    it('passes a waiter granted once the holders queued before it each held the name once (the bound: no overtake)', () => {
+      const { ahead } = scene();
+      expect(check(turnsHistory(ahead))).toEqual([]);
+      // One that asked after it had queued and was granted after it is no overtake either.
+      expect(check(turnsHistory([...ahead, overtaker({ grantedAt: 910, releasedAt: 950 })]))).toEqual([]);
+    });
+
+    it('names a waiter passed over by a grant to a caller that asked after it had queued', () => {
+      const { ahead } = scene();
+      const a2 = overtaker();
+      const violations = check(turnsHistory([...ahead, a2]));
+      expect(violations.map((v) => v.type)).toEqual(['overtaken']);
+      expect(violations[0]!.message).toMatch(/^acquire by w \(xact-pg exclusive, timeoutMs 3000\) waited in PostgreSQL's queue for n0 from 115\.0 ms until its grant h\d+ was answered at 900\.0 ms, and 1 grant of n0 went meanwhile to callers that asked after it had queued \(bound 0\): h\d+ \(fenced exclusive, a2\) asked at 200\.0 ms, granted at 510\.0 ms$/);
+      expect(violations[0]!.refs).toContain(a2.id);
+      // Not granted (it timed out): judged until the last poll that still saw it waiting.
+      const { call, sighting } = scene();
+      const timedOut = { ...call, hold: undefined, outcome: 'null' as const, settledAt: 3100 };
+      expect(types(history({ holds: [...ahead, a2], ops: [timedOut], queue: [sighting] }, { turns }))).toEqual(['overtaken']);
+      expect(types(history({ holds: [...ahead, overtaker({ grantedAt: 890 })], ops: [timedOut], queue: [sighting] }, { turns }))).toEqual([]);
+    });
+
+    it('judges only what the queue promises: a waiter seen in it, its own wait, conflicting modes, no fault on it, no lease for kinds a lease sends out', () => {
+      const { ahead, w, call, sighting } = scene();
+      const a2 = overtaker();
+      // Never seen in the queue, or only a wait that began before this call (a statement of an earlier call): not judged.
+      expect(types(turnsHistory([...ahead, a2], { queue: [] }))).toEqual([]);
+      expect(types(turnsHistory([...ahead, a2], { queue: [{ ...sighting, enteredFrom: 90, enteredBy: 95 }] }))).toEqual([]);
+      // Shared with shared do not exclude each other.
+      const shared = scene('xact-pg', 'shared');
+      expect(types(history({ holds: [shared.w, ...ahead, overtaker({ mode: 'shared' })], ops: [shared.call], queue: [shared.sighting] }, { turns }))).toEqual([]);
+      // A fault on the waiter's actor while it waited (its session may have gone: it waits again at the end of the queue).
+      const kill = { id: 'f1', type: 'backend-kill' as const, targets: ['w'], at: 400, endedAt: 410 };
+      expect(types(turnsHistory([...ahead, a2], { faults: [kill] }))).toEqual([]);
+      // Kinds not in config.turns are not judged.
+      expect(types(history({ holds: [w, ...ahead, a2], ops: [{ ...call, kind: 'leader' }], queue: [sighting] }, { turns }))).toEqual([]);
+      // A lease live while it waited: a session-lock waiter leaves the queue for it (the first to look after the lease
+      // gets in), a transaction-lock waiter keeps its place.
+      const leaseCall = op({ actor: 'l', kind: 'lease', name: 'n0', invokedAt: 150, calledAt: 150, settledAt: 160, outcome: 'null' });
+      const session = scene('session');
+      expect(types(history({ holds: [session.w, ...ahead, a2], ops: [session.call], queue: [session.sighting] }, { turns }))).toEqual(['overtaken']);
+      expect(types(history({ holds: [session.w, ...ahead, a2], ops: [session.call, leaseCall], queue: [session.sighting] }, { turns }))).toEqual([]);
+      expect(types(history({ holds: [w, ...ahead, a2], ops: [call, leaseCall], queue: [sighting] }, { turns }))).toEqual(['overtaken']);
+    });
+
+    it('judges a call known to leave the queue between its waits (xactLock with a signal) one wait at a time', () => {
+      const { ahead, w, call, sighting } = scene();
+      // Two waits of one call: a2 asked between them and was granted while the second one waited.
+      const first = { ...sighting, lastSentAt: 300 };
+      const second = { ...sighting, enteredFrom: 350, enteredBy: 355, firstSeenAt: 370, lastSentAt: 880 };
+      const a2 = overtaker({ requestedAt: 320, grantedAt: 600 });
+      const signalled = { ...call, abortAfterMs: 5000 };
+      const known = { ...turns, knownRequeuedWithSignal: ['xact-pg'] };
+      const parts = { holds: [w, ...ahead, a2], ops: [signalled], queue: [first, second] };
+      expect(types(history(parts, { turns }))).toEqual(['overtaken']);
+      expect(types(history(parts, { turns: known }))).toEqual([]);
+      // Within one wait it is still judged.
+      expect(types(history({ ...parts, holds: [w, ...ahead, overtaker({ requestedAt: 360, grantedAt: 600 })] }, { turns: known }))).toEqual(['overtaken']);
+      // Without a signal the call waits once: judged as a whole.
+      expect(types(history({ ...parts, ops: [call] }, { turns: known }))).toEqual(['overtaken']);
+    });
+  });
+
   it('names an error that is not a PgfenceError (the test\'s own driver errors and the caller\'s abort reason aside)', () => {
     const raw = { name: 'Error', message: 'Connection terminated unexpectedly', typed: false, origin: 'pgfence' as const };
     expect(types(history({ ops: [op({ outcome: 'error', error: raw })] }))).toEqual(['untyped-error']);

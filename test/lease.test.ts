@@ -2,7 +2,7 @@ import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createLocker, InvalidArgumentError, LockLostError, LockTimeoutError, lockKey, type Locker } from '../src/index.js';
 import { releaseLeaseSql, renewLeaseSql } from '../src/lease/lease-sql.js';
-import { NOTIFY_CHANNEL } from '../src/session/listener.js';
+import { NOTIFY_CHANNEL } from '../src/session/session-sql.js';
 import { eventually, sleep, track, useMigratedDatabase } from './support/db.js';
 
 let db: Awaited<ReturnType<typeof useMigratedDatabase>>;

@@ -4,7 +4,7 @@ import { readFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { InvalidArgumentError, lockKey } from '../src/index.js';
-import { NOTIFY_CHANNEL } from '../src/session/listener.js';
+import { NOTIFY_CHANNEL } from '../src/session/session-sql.js';
 import { eventually } from './support/db.js';
 import { useSqlDatabase } from './support/sql-database.js';
 

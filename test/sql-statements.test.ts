@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { blockingLockSql, Op, sessionLockStatements, warmGuardSql } from '../src/advisory/advisory-sql.js';
-import { INSERT_NAMES } from '../src/observe/name-registry.js';
-import { probeSql } from '../src/session/pending-op.js';
+import { INSERT_NAMES } from '../src/observe/inspect-sql.js';
+import { keepaliveProbeSql } from '../src/session/session-sql.js';
 import { releaseSlotSql, tryAnySlotSql } from '../src/advisory/semaphore-sql.js';
 import { acquireLeaseSql, acquireQueuedLeaseSql, releaseLeaseSql, renewLeaseSql } from '../src/lease/lease-sql.js';
 import { afterWaitSql, tryXactLockSql, undoWaitScript, waitXactLockScript } from '../src/advisory/xact-sql.js';
@@ -37,7 +37,7 @@ function sentStatements(): [string, Sent][] {
     }
   }
   out.push(['session setup (also the probe of an unguarded session)', sessionLockStatements.setup]);
-  out.push(['session keepalive probe', probeSql]);
+  out.push(['session keepalive probe', keepaliveProbeSql]);
   out.push(['waiter session, ahead of its first wait (guarded; unguarded: the probe)', warmGuardSql(true)]);
   out.push(['name registry: names of keys; $1 keys, $2 names, $3 namespaces', INSERT_NAMES]);
   out.push(['session locks held, to reconcile a failed batch', { text: sessionLockStatements.held }]);

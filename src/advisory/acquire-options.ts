@@ -63,14 +63,14 @@ export function acquireRequest(ctx: LockerContext, name: LockName | undefined, o
  * The session lock that guards a leader's term: named, and reported as kind 'leader' (status and
  * metrics show the term, not an anonymous key); bounded by deadlineMs.
  */
-export function leaderGuardRequest(ctx: LockerContext, key: bigint, name: string): AcquireRequest {
+export function leaderGuardRequest(ctx: LockerContext, key: bigint, name: string, signal: AbortSignal): AcquireRequest {
   ctx.noteName(key, name);
   if (ctx.refusal) throw ctx.refusal;
   return {
     target: { key, name },
     mode: 'exclusive',
     timeoutMs: ctx.deadlineMs,
-    signal: undefined,
+    signal, // the campaign's: resign() and close() do not wait for it
     ttlMs: undefined,
     fencing: false,
     kind: 'leader',

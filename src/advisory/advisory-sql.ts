@@ -292,3 +292,15 @@ export const sessionLockStatements: OpStatements = {
   },
   undo: undoBatchSql,
 };
+
+/**
+ * The server's advisory locks now, how many backends other than $1 (this locker's sessions) hold some,
+ * and how many other client backends there are (any of them may start taking locks): the guard's
+ * sample, taken on one of the locker's pinned sessions (no connection of its own).
+ */
+export const serverAdvisoryLocksSql = {
+  name: 'pgfence_server_advisory_locks',
+  text: `SELECT count(*)::int AS locks, count(DISTINCT pid) FILTER (WHERE pid <> ALL($1::int4[]))::int AS holders,
+       (SELECT count(*)::int FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> ALL($1::int4[])) AS clients
+FROM pg_locks WHERE locktype = 'advisory'`,
+};

@@ -2,7 +2,7 @@ import { type Cancel, LockerClosedError, LockLostError, type LockMode, LockTimeo
 import type { Observer } from '../observe/index.js';
 import { Op, type OpCode } from './advisory-sql.js';
 import { type ReleaseListener, type Session, SessionLostError, type SessionPool } from '../session/index.js';
-import { type Attempt, type AttemptPhase, type Busy, WaitCount, WaitLine, type WaitStrategy } from '../wait/index.js';
+import { type Attempt, type AttemptPhase, type BlockingWaits, type Busy, type LocalHolders, WaitCount, WaitLine, type WaitStrategy } from '../wait/index.js';
 import type { BlockingWait } from './blocking-wait.js';
 import type { AcquireRequest, AdvisoryLockHandle } from './advisory-lock.js';
 import { decodeTryResult, decodeUnlockResult, tryGranted } from './op-result.js';
@@ -32,9 +32,12 @@ export interface KeyLockContext {
 /**
  * One key's session lock in this locker: the local holders (several shared holders share one server
  * hold), the release() calls waiting for the unlock, and the line of local waiters, which this plugs
- * its tries, unlocks, local sharing and blocking waits into. The line runs them one at a time.
+ * its tries (the line's strategy), its blocking waits and its local holders (unlocks, local sharing) into.
+ * The line runs them one at a time.
  */
-export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle> {
+export class KeyLock
+  implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>, BlockingWaits<AcquireRequest, AdvisoryLockHandle>, LocalHolders<AcquireRequest, AdvisoryLockHandle>
+{
   /** The mode this process holds the key in on the server, or null. */
   heldMode: LockMode | null = null;
   /** The session that holds it. */
@@ -53,7 +56,7 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
     readonly key: bigint,
     private readonly ctx: KeyLockContext,
   ) {
-    this.line = new WaitLine(key, ctx.sessions, ctx.listener, this, ctx.waitCount);
+    this.line = new WaitLine(key, ctx.sessions, ctx.listener, this, ctx.waitCount, this, this);
   }
 
   get releasing(): boolean {
@@ -174,7 +177,7 @@ export class KeyLock implements WaitStrategy<AcquireRequest, AdvisoryLockHandle>
 
   /** The first try is on its way over a session that is still connecting: its answer decides, within deadlineMs. */
   connecting(_request: AcquireRequest, startedAt: number): { boundMs: number; error(): Error } | null {
-    if (this.attemptSession?.state !== 'connecting') return null;
+    if (this.attemptSession?.state.kind !== 'connecting') return null;
     const { deadlineMs } = this.ctx;
     return {
       boundMs: deadlineMs,

@@ -2,6 +2,7 @@ import { LockBudgetError, LockTableFullError } from '../core/index.js';
 import type { LockTarget } from '../keys.js';
 import type { Logger } from '../observe/index.js';
 import type { SessionPool } from '../session/index.js';
+import { serverAdvisoryLocksSql } from './advisory-sql.js';
 
 /** The default budget's share of the server's lock table (which every application shares). */
 const DEFAULT_LOCK_TABLE_SHARE = 0.25;
@@ -9,18 +10,6 @@ const DEFAULT_LOCK_TABLE_SHARE = 0.25;
 export const SERVER_LOCK_TABLE_SHARE = 0.75;
 /** A locker at its allowance samples again, but not more often than this (pg_locks reads every lock). */
 const MIN_SAMPLE_GAP_MS = 100;
-
-/**
- * The server's advisory locks now, how many backends other than $1 (this locker's sessions) hold some,
- * and how many other client backends there are (any of them may start taking locks): the guard's
- * sample, taken on one of the locker's pinned sessions (no connection of its own).
- */
-export const serverAdvisoryLocksSql = {
-  name: 'pgfence_server_advisory_locks',
-  text: `SELECT count(*)::int AS locks, count(DISTINCT pid) FILTER (WHERE pid <> ALL($1::int4[]))::int AS holders,
-       (SELECT count(*)::int FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> ALL($1::int4[])) AS clients
-FROM pg_locks WHERE locktype = 'advisory'`,
-};
 
 /** What the guard learns of the server in one sample. */
 interface ServerCounts {

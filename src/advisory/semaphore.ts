@@ -55,6 +55,7 @@ export interface Semaphore {
   tryAcquire(opts?: Omit<SemaphoreAcquireOptions, 'timeoutMs'>): Promise<LockHandle | null>;
   /**
    * Runs `fn` holding a permit, and releases it when `fn` settles. Nothing may wait for a lock, a lease or another permit inside `fn` (a permit is a leaf: see the nesting rules).
+   * When the permit was lost before `fn` settled (or its release finds it gone), rejects with LockLostError, `fn`'s value as its `value`, even if `fn` resolved.
    *
    * @example
    * ```ts fragment

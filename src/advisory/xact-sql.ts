@@ -80,6 +80,8 @@ RELEASE SAVEPOINT ${SAVEPOINT}`;
 }
 
 /** Leaves the transaction as it was before a failed wait. */
+/** The wait's savepoint opened again, after a library that rolls back failed statements itself did so (pgfence/postgres). */
+export const reopenWaitSavepointSql = `SAVEPOINT ${SAVEPOINT}`;
 export const undoWaitScript = `ROLLBACK TO SAVEPOINT ${SAVEPOINT}; RELEASE SAVEPOINT ${SAVEPOINT}`;
 
 function bigintLiteral(key: bigint): string {

@@ -104,17 +104,36 @@ function kindOf(kind: LockKind, name: string | null, key: bigint | null): string
   return `${{ lock: 'lock', xact: 'transaction lock', lease: 'lease', leader: "leader's lock" }[kind]} ${lock}`;
 }
 
-/** A held lock was lost: its session died, its TTL ran out, or its lease was taken over. */
+/**
+ * A held lock was lost: its session died, its TTL ran out, or its lease was taken over. A callback
+ * helper (withLock, withLease, withPermit, ...) rejects with one when the lock was lost before its
+ * callback settled, with what the callback resolved with as `value`.
+ */
 export class LockLostError extends PgfenceError {
   declare readonly code: 'PGFENCE_LOCK_LOST';
   readonly lockName: string | null;
   readonly key: bigint;
   readonly reason: LockLostReason;
-  constructor(lockName: string | null, key: bigint, reason: LockLostReason, options?: { cause?: unknown }) {
-    super('PGFENCE_LOCK_LOST', `lock ${describeLock(lockName, key)} was lost (${reason}); stop work that relies on it`, options);
+  /**
+   * Set (possibly to undefined) by a callback helper whose callback resolved although the lock was lost
+   * before it settled: its result, of work that did not hold the lock to its end. Left out of toJSON
+   * (it is the caller's value, of any shape).
+   */
+  declare readonly value?: unknown;
+  constructor(lockName: string | null, key: bigint, reason: LockLostReason, options?: { cause?: unknown; value?: unknown }) {
+    const inCallback = options !== undefined && 'value' in options;
+    super(
+      'PGFENCE_LOCK_LOST',
+      `lock ${describeLock(lockName, key)} was lost (${reason})` +
+        (inCallback
+          ? " before its callback settled: the callback's work did not hold the lock to its end (its result is this error's value)"
+          : '; stop work that relies on it'),
+      { cause: options?.cause },
+    );
     this.lockName = lockName;
     this.key = key;
     this.reason = reason;
+    if (inCallback) Object.defineProperty(this, 'value', { value: options.value, enumerable: false });
   }
 }
 

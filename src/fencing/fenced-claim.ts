@@ -2,6 +2,7 @@ import { InvalidArgumentError, type SqlExecutor } from '../core/index.js';
 import { optionKeys, optionsObject } from '../options.js';
 import { guardedTarget, type GuardedCounts } from './fenced-update.js';
 import { guardedWriteError } from './guarded-error.js';
+import { claimSql } from './guarded-sql.js';
 import { DEFAULT_FENCING_COLUMN } from './identifiers.js';
 
 export interface FencedClaimSpec {
@@ -45,18 +46,7 @@ function fencedClaimQuery(spec: FencedClaimSpec): { text: string; values: unknow
   }
   const s = optionsObject<FencedClaimSpec>(spec, 'fencedClaim spec', FENCED_CLAIM_SPEC_KEYS);
   const t = guardedTarget(s);
-  // One row per claimed row (or one row of NULLs when none was), each carrying the counts. The CTEs'
-  // names have a space: no table name that passes validation can be shadowed by them.
-  const text = `WITH "pgfence claimed" AS (
-  UPDATE ${t.table} SET ${t.column} = $1
-  WHERE ${t.conditions} AND ${t.guard}
-  RETURNING *
-), "pgfence seen" AS (
-  SELECT count(*)::int AS matched, max(${t.column})::text AS current FROM ${t.table} WHERE ${t.conditions}
-)
-SELECT c.*, (SELECT count(*) FROM "pgfence claimed")::int AS "${META.written}", s.matched AS "${META.matched}", s.current AS "${META.current}"
-FROM "pgfence seen" s LEFT JOIN "pgfence claimed" c ON true`;
-  return { text, values: t.values };
+  return { text: claimSql(t, META), values: t.values };
 }
 
 /** Runs a claim (fencedClaim of either driver): validates the spec, then one statement. */

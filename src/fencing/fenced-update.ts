@@ -1,6 +1,7 @@
 import { describeType, InvalidArgumentError, type SqlExecutor } from '../core/index.js';
 import { optionKeys, optionsObject } from '../options.js';
 import { guardedWriteError } from './guarded-error.js';
+import { countedUpdateSql, fencingGuardSql } from './guarded-sql.js';
 import { bareIdentifier, DEFAULT_FENCING_COLUMN, quoteColumn, quoteTable } from './identifiers.js';
 
 export interface FencedUpdateSpec {
@@ -70,7 +71,7 @@ export function rowTarget(s: { table?: unknown; where?: unknown; column?: unknow
 export function guardedTarget(s: { table?: unknown; where?: unknown; token?: unknown; column?: unknown }): GuardedTarget & { token: bigint; guard: string } {
   const token = checkToken(s.token);
   const t = rowTarget(s, DEFAULT_FENCING_COLUMN, token);
-  return { ...t, token, guard: `(${t.column} IS NULL OR ${t.column} <= $1)` };
+  return { ...t, token, guard: fencingGuardSql(t.column) };
 }
 
 /** `set`'s assignments as SQL (values as parameters); `column` (the guard's own) may not be among them. */
@@ -92,17 +93,7 @@ function fencedUpdateQuery(spec: FencedUpdateSpec): { text: string; values: unkn
   const s = optionsObject<FencedUpdateSpec>(spec, 'fencedUpdate spec', FENCED_UPDATE_SPEC_KEYS);
   const t = guardedTarget(s);
   const assignments = assignmentsOf(s.set, t, true, 'fencedUpdate');
-  // The counts read the statement's snapshot, from before the UPDATE: matched - written = refused.
-  // The CTE's name has a space: no table name that passes validation can be shadowed by it.
-  const text = `WITH "pgfence updated" AS (
-  UPDATE ${t.table} SET ${[...assignments, `${t.column} = $1`].join(', ')}
-  WHERE ${t.conditions} AND ${t.guard}
-  RETURNING 1
-)
-SELECT (SELECT count(*) FROM "pgfence updated")::int AS written,
-       (SELECT count(*) FROM ${t.table} WHERE ${t.conditions})::int AS matched,
-       (SELECT max(${t.column}) FROM ${t.table} WHERE ${t.conditions})::text AS current`;
-  return { text, values: t.values };
+  return { text: countedUpdateSql(t, [...assignments, `${t.column} = $1`]), values: t.values };
 }
 
 /** What one guarded statement saw: rows written, rows matched, the newest token among them. */

@@ -1,5 +1,5 @@
 import { InvalidArgumentError, isConnectionLost, LockUnavailableError, PgfenceError, sqlState, SQLSTATE, StaleTokenError, TransactionAbortedError } from '../core/index.js';
-import { DEFAULT_VERSION_COLUMN, fencingColumnSql, versionColumnSql } from './fencing-column.js';
+import { DEFAULT_VERSION_COLUMN, fencingColumnSql, versionColumnSql } from './column-sql.js';
 import { DEFAULT_FENCING_COLUMN } from './identifiers.js';
 
 /** The guarded statement that failed, as its caller asked for it (the spec passed validation). */

@@ -2,7 +2,8 @@ import { describeType, InvalidArgumentError, type SqlExecutor } from '../core/in
 import { optionKeys, optionsObject } from '../options.js';
 import { assignmentsOf, rowTarget } from './fenced-update.js';
 import { guardedWriteError } from './guarded-error.js';
-import { DEFAULT_VERSION_COLUMN } from './fencing-column.js';
+import { countedUpdateSql, versionGuardSql } from './guarded-sql.js';
+import { DEFAULT_VERSION_COLUMN } from './column-sql.js';
 
 export interface VersionedUpdateSpec {
   /** `table` or `schema.table` (plain identifiers, case kept). */
@@ -38,15 +39,7 @@ function versionedUpdateQuery(spec: VersionedUpdateSpec): { text: string; values
   const s = optionsObject<VersionedUpdateSpec>(spec, 'versionedUpdate spec', VERSIONED_UPDATE_SPEC_KEYS);
   const t = rowTarget(s, DEFAULT_VERSION_COLUMN, checkVersion(s.version));
   const assignments = assignmentsOf(s.set, t, false, 'versionedUpdate');
-  // As in fencedUpdate: the counts read the statement's snapshot, from before the UPDATE.
-  const text = `WITH "pgfence updated" AS (
-  UPDATE ${t.table} SET ${[...assignments, `${t.column} = ${t.column} + 1`].join(', ')}
-  WHERE ${t.conditions} AND ${t.column} = $1
-  RETURNING 1
-)
-SELECT (SELECT count(*) FROM "pgfence updated")::int AS written,
-       (SELECT count(*) FROM ${t.table} WHERE ${t.conditions})::int AS matched,
-       (SELECT max(${t.column}) FROM ${t.table} WHERE ${t.conditions})::text AS current`;
+  const text = countedUpdateSql({ ...t, guard: versionGuardSql(t.column) }, [...assignments, `${t.column} = ${t.column} + 1`]);
   return { text, values: t.values };
 }
 

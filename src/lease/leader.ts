@@ -13,9 +13,9 @@ interface LeaderCampaignPorts {
   /**
    * A session lock whose loss ends the term (a killed backend, a lost network), named `name`; null
    * behind a transaction pooler, where a term is the lease alone (a dead leader's successor is
-   * elected at its lease's TTL).
+   * elected at its lease's TTL). `signal` aborts its wait (the campaign stops).
    */
-  guard(key: bigint, name: string): Promise<LockHandle | null>;
+  guard(key: bigint, name: string, signal: AbortSignal): Promise<LockHandle | null>;
   logger: Logger;
 }
 
@@ -85,7 +85,7 @@ const RETRY_MS = 250;
 /** What a locker.leader() campaign takes from its locker: its leases, and the session lock that guards a term. */
 interface LeaderLocks {
   lease(opts: LeaseOptions): Promise<LeaseHandle>;
-  guard(key: bigint, name: string): Promise<LockHandle>;
+  guard(key: bigint, name: string, signal: AbortSignal): Promise<LockHandle>;
 }
 
 /** locker.leader(): its options checked before any I/O, then a campaign started. */
@@ -103,9 +103,9 @@ export function startCampaign(
     // A campaign may start inside a lock callback: its own locks are not nested in it.
     lease: (signal) => locks.lease({ ...o, timeoutMs: Infinity, allowNested: true, signal: anySignal(signal, template.signal) }),
     // Behind a transaction pooler a term is its lease alone: no session lock can be held there.
-    guard: async (key, guardName) => {
+    guard: async (key, guardName, signal) => {
       if (ctx.refusal) return null;
-      return locks.guard(key, guardName).catch((err: unknown) => {
+      return locks.guard(key, guardName, signal).catch((err: unknown) => {
         if (err === ctx.refusal) return null;
         throw err;
       });
@@ -228,7 +228,8 @@ export class LeaderCampaign extends EventEmitter<LeaderEvents> implements Leader
       let guard: LockHandle | null;
       try {
         const name = `${this.target.name ?? `key ${this.target.key}`} (leader, epoch ${lease.token})`;
-        guard = await this.ports.guard(internalKey('leader', String(this.target.key), String(lease.token)), name);
+        // Aborted by resign() and close(), as the lease's wait is: neither waits for the guard's.
+        guard = await this.ports.guard(internalKey('leader', String(this.target.key), String(lease.token)), name, this.stop.signal);
       } catch (err) {
         await lease.release();
         if (this.stop.signal.aborted) return;

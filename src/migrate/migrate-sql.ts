@@ -3,6 +3,11 @@
  * are run besides these statements; values travel as parameters.
  */
 
+/** Each migration file runs in a transaction of its own, with its history row. */
+export const beginSql = 'BEGIN';
+export const commitSql = 'COMMIT';
+export const rollbackSql = 'ROLLBACK';
+
 /** Both history tables exist: a second run needs no DDL (and no CREATE privilege). */
 export const historyTablesExistSql = `SELECT to_regclass('pgfence.schema_migrations') IS NOT NULL
    AND to_regclass('pgfence.schema_definitions') IS NOT NULL AS ready`;

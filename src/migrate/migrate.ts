@@ -8,7 +8,7 @@ import { runMigrations, type MigrateResult } from './runner.js';
 export interface MigrateOptions {
   /** A PostgreSQL URL or libpq keyword/value settings (default: the PG* environment); migrate() opens one connection and ends it before returning. */
   connectionString?: string;
-  /** Or a pool of yours: one connection is checked out for the run and given back. */
+  /** Or a pool of yours: one connection is checked out for the run (waiting at most 60 s for it, as for the migration lock) and given back. */
   pool?: pg.Pool;
 }
 const MIGRATE_OPTION_KEYS = optionKeys<MigrateOptions>({ connectionString: true, pool: true });

@@ -13,6 +13,7 @@ import {
   pendingMigrations,
 } from './history.js';
 import { isMigrationLockTimeout, lockMigrationsForSession, MIGRATION_LOCK_TIMEOUT_MS, unlockMigrations } from './lock.js';
+import { beginSql, commitSql, rollbackSql } from './migrate-sql.js';
 
 export interface MigrateResult {
   /** What this run applied, in order: 'migrations/0001_schema.sql', 'sql/fencing.sql', ... */
@@ -44,7 +45,8 @@ export async function runMigrations(opts: {
   };
   let checkedOut: CheckedOut;
   try {
-    checkedOut = await checkOut(opts.pool, onError);
+    // A pool of the caller's may have no connectionTimeoutMillis (and wait for a free connection without end): the run's own bound.
+    checkedOut = await checkOut(opts.pool, onError, lockTimeoutMs);
   } catch (err) {
     throw new LockUnavailableError(`migrate() could not connect to PostgreSQL: ${(err as Error)?.message ?? String(err)}`, { cause: err });
   }
@@ -102,13 +104,13 @@ async function unlockQuietly(db: SqlExecutor): Promise<boolean> {
 }
 
 async function inTransaction(db: SqlExecutor, work: () => Promise<void>): Promise<void> {
-  await db.script('BEGIN');
+  await db.script(beginSql);
   try {
     await work();
-    await db.script('COMMIT');
+    await db.script(commitSql);
   } catch (err) {
     // If even ROLLBACK fails, the connection is broken; the unlock then fails too and it is ended.
-    await db.script('ROLLBACK').catch(() => {});
+    await db.script(rollbackSql).catch(() => {});
     throw err;
   }
 }

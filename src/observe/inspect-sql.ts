@@ -1,5 +1,16 @@
 /**
- * The SQL of inspect() and `pgfence status`. Advisory locks of this database, with the backend that
+ * The observe area's SQL: the name registry's write, and the reads of inspect() and `pgfence status`.
+ */
+
+/**
+ * The name registry's write, one statement per batch (sql/names.sql): it waits at most 50 ms for a lock
+ * held by another transaction, so a blocked write never holds up the lock operations queued behind it
+ * on the home session.
+ */
+export const INSERT_NAMES = { name: 'pgfence_note_names', text: 'SELECT pgfence.note_lock_names($1::int8[], $2::text[], $3::text[])' };
+
+/**
+ * inspect() and `pgfence status`. Advisory locks of this database, with the backend that
  * holds or waits for each: objsubid 1 are int8 keys (locks), objsubid 2 are pgfence's waiter markers
  * (a waiter announced for that key). Names come from the registry when pgfence's schema exists.
  */

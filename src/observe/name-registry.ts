@@ -1,5 +1,6 @@
 import { intArray, isSchemaMissing, textArray } from '../core/index.js';
 import type { Logger } from './logger.js';
+import { INSERT_NAMES } from './inspect-sql.js';
 
 /** Remembers at most this many keys per process; beyond it, names are written again (harmlessly). */
 const MAX_REMEMBERED = 100_000;
@@ -10,11 +11,6 @@ const MAX_REMEMBERED = 100_000;
  */
 const COALESCE_MS = 5;
 
-/**
- * One statement per batch (sql/names.sql): it waits at most 50 ms for a lock held by another transaction,
- * so a blocked write never holds up the lock operations queued behind it on the home session.
- */
-export const INSERT_NAMES = { name: 'pgfence_note_names', text: 'SELECT pgfence.note_lock_names($1::int8[], $2::text[], $3::text[])' };
 /** A failed write is tried again after this long, doubling up to RETRY_MAX_MS while it keeps failing. */
 const RETRY_FIRST_MS = 100;
 const RETRY_MAX_MS = 5_000;

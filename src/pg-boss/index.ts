@@ -204,9 +204,8 @@ export async function workWithLock<T = object>(
           acquired = true;
           const locked = { ...job, signal: anySignal(external, lock.signal) } as LockedJob<T>;
           // Locks the handler takes are nested in the job's: a NestedLockError then names the handler and the fix.
-          const result = await runHolding(locker, lock, () => handler(locked, lock as FencedLockHandle), 'a workWithLock handler');
-          if (lock.signal.aborted) throw lock.signal.reason;
-          return result;
+          // A lock lost before the handler settled fails the job: withLock rejects then, with LockLostError.
+          return runHolding(locker, lock, () => handler(locked, lock as FencedLockHandle), 'a workWithLock handler');
         },
         // Not nested in any caller's lock: a job is a context of its own, whoever registered the worker.
         { timeoutMs: waitMs, signal: external, fencing, allowNested: true },

@@ -22,7 +22,8 @@ export class ConnectionSource {
   readonly pool: pg.Pool;
   readonly ownsPool: boolean;
   private readonly pinnedSettings: PinnedSessionSettings | undefined;
-  private readonly connectTimeoutMs: number;
+  /** How long a connection (a check-out, a pinned session's setup) may take: then LockUnavailableError. */
+  readonly connectTimeoutMs: number;
   /** Where pinned connections come from: `pool`, or a pool of directConnectionString's (past a pooler). */
   private readonly pinPool: pg.Pool;
   readonly pinVia: 'connectionString' | 'directConnectionString';
@@ -103,7 +104,8 @@ export class ConnectionSource {
   async pin(onError: (err: Error) => void): Promise<PinnedConnection> {
     if (this.refusal) throw this.refusal;
     // Heard from the moment of checkout (see checkOut): a shutdown read with the startup answer is an 'error' event.
-    const { client } = await checkOut(this.pinPool, onError);
+    // Bounded as the pool the locker builds is (connectionTimeoutMillis): a caller's pool may have no bound, or never answer.
+    const { client } = await checkOut(this.pinPool, onError, this.connectTimeoutMs);
     let destroyed = false;
     const conn: PinnedConnection = {
       client,

@@ -8,5 +8,7 @@ export * from './op-statements.js';
 export * from './pooler-detection.js';
 export * from './server-settings.js';
 export * from './session-pool.js';
+export * from './session-sql.js';
+export { SESSION_STATES, type SessionState, type SessionStateKind } from './session-state.js';
 export * from './session.js';
 export * from './short-statements.js';

@@ -1,15 +1,14 @@
+import type pg from 'pg';
 import type { Logger } from '../observe/index.js';
 import type { Session } from './session.js';
 import type { SessionPool } from './session-pool.js';
-
-/** The channel releases NOTIFY when someone waits (the payload is the key); the listener LISTENs on it. */
-export const NOTIFY_CHANNEL = 'pgfence_release';
+import { listenSql, NOTIFY_CHANNEL } from './session-sql.js';
 
 /**
  * LISTEN on the locker's home session (no connection of its own), set up the first time something
- * waits. A release that finds waiters NOTIFYs the key; the listener hands it to `onRelease`. When home
- * goes (lost, or closed once nothing waits), waiters fall back on their polls until the next `ensure()`
- * LISTENs on the new home.
+ * waits. A release that finds waiters NOTIFYs the key (on NOTIFY_CHANNEL); the pool hands every
+ * notification to `notified`, which hands the key to `onRelease`. When home goes (lost, or closed once
+ * nothing waits), waiters fall back on their polls until the next `ensure()` LISTENs on the new home.
  */
 export class ReleaseListener {
   /** LISTEN in effect (true), failed (false) or on its way, per session. */
@@ -20,15 +19,16 @@ export class ReleaseListener {
     private readonly sessions: SessionPool,
     private readonly logger: Logger,
     private readonly onRelease: (key: bigint) => void,
-  ) {
-    sessions.onNotification = (msg) => {
-      if (msg.channel !== NOTIFY_CHANNEL || !msg.payload) return;
-      try {
-        this.onRelease(BigInt(msg.payload));
-      } catch {
-        // a payload that is not a key was not sent by pgfence
-      }
-    };
+  ) {}
+
+  /** A NOTIFY arrived on a session (the pool's `onNotification`). */
+  notified(msg: pg.Notification): void {
+    if (msg.channel !== NOTIFY_CHANNEL || !msg.payload) return;
+    try {
+      this.onRelease(BigInt(msg.payload));
+    } catch {
+      // a payload that is not a key was not sent by pgfence
+    }
   }
 
   /** Resolves true once LISTEN is in effect, false if it could not be set up (waiters then poll). */
@@ -44,7 +44,7 @@ export class ReleaseListener {
     }
     let listening = this.listening.get(home);
     if (!listening) {
-      listening = home.statement(`LISTEN ${NOTIFY_CHANNEL}`, []).then(
+      listening = home.statement(listenSql, []).then(
         () => true,
         (err: unknown) => {
           this.listening.delete(home); // the next ensure() tries again (on a new home if this one died)

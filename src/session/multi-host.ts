@@ -8,6 +8,7 @@
  */
 import pg from 'pg';
 import { connectionConfig, connectionTargets, type ConnectionTargets, type HostPort, type TargetSessionAttrs } from './connection-config.js';
+import { hostRoleSql } from './session-sql.js';
 
 /** A connection reached a host that does not fit (a standby, or a host that went away): try again. */
 class WrongHostError extends Error {
@@ -29,9 +30,7 @@ const describe = (h: HostPort) => `${h.host}${h.port !== undefined ? `:${h.port}
 
 /** What a connection is: a standby, read-only. One round trip. */
 async function roleOf(client: pg.ClientBase): Promise<{ standby: boolean; readOnly: boolean }> {
-  const { rows } = await client.query<{ standby: boolean; ro: string }>(
-    `SELECT pg_is_in_recovery() AS standby, current_setting('transaction_read_only') AS ro`,
-  );
+  const { rows } = await client.query<{ standby: boolean; ro: string }>(hostRoleSql);
   return { standby: rows[0]!.standby, readOnly: rows[0]!.ro === 'on' };
 }
 

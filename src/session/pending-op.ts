@@ -1,5 +1,6 @@
 import { intArray } from '../core/index.js';
 import type { OpFlavour } from './op-statements.js';
+import { keepaliveProbeSql } from './session-sql.js';
 import type { StatementText } from './statement-query.js';
 
 /** What a session queues: an operation of its statement set, a probe, or a statement of its own. */
@@ -31,12 +32,9 @@ export const tokenOf = (text: string | null | undefined) => (text == null ? null
 /** An operation code of the session's statement set (OpStatements): the session does not know what it means. */
 export type OpCode = number;
 
-/** Sent as a simple query (no Parse, ever): a probe may fall among any statements, and costs them nothing to count. */
-export const probeSql = { text: 'SELECT 1' };
-
 /** The statement for lock operations in a flavour, with its parameters as text; `lone`: the one operation of a single statement. */
 export function opsStatement(sql: OpFlavour, ops: LockOp[]): { query: { name?: string; text: string }; values: string[] | null; lone: LockOp | null } {
-  if (ops.length === 0) return { query: probeSql, values: null, lone: null };
+  if (ops.length === 0) return { query: keepaliveProbeSql, values: null, lone: null };
   const lone = ops.length === 1 ? ops[0]! : undefined;
   const single = lone && (lone.fenced ? sql.fencedSingle[lone.code] : sql.single[lone.code]);
   if (single) return { query: single, values: [String(lone.key)], lone };

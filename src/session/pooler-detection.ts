@@ -1,14 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
+import { pinningProbeSql } from './session-sql.js';
 
 export type Pinning = 'direct' | 'session-pooled' | 'transaction-pooled';
-
-/**
- * One probe: the backend that ran it, the probe mark its session carried (set by an earlier probe on that backend, or
- * null), and the mark it leaves. The target list is evaluated in order, so `seen` is read before the new mark is set.
- */
-const probeSql = `SELECT pg_backend_pid() AS pid, current_setting('pgfence.pinning_probe', true) AS seen,
-  set_config('pgfence.pinning_probe', $1, false) AS mark`;
 
 interface Probed {
   pid: number;
@@ -16,7 +10,7 @@ interface Probed {
 }
 
 async function probe(client: pg.ClientBase, mark: string): Promise<Probed> {
-  return (await client.query<Probed>(probeSql, [mark])).rows[0]!;
+  return (await client.query<Probed>(pinningProbeSql, [mark])).rows[0]!;
 }
 
 /** Detections through one proxy target in this process, chained: one at a time (see detectPinning). */

@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import type { Logger } from '../observe/index.js';
+import { ADVISORY_LOCKS_ROW, applySettingsAndReadSql, applySettingsSql, LOCK_TABLE_ROW } from './session-sql.js';
 
 /**
  * Server-side dead-client detection and timeouts for pinned connections (sessions, the waiter
@@ -69,31 +70,6 @@ function pinnedSessionSettings(bounds: DeadClientBounds): [name: string, value: 
   ];
 }
 
-const LOCK_TABLE_ROW = 'pgfence.lock_table_size';
-/**
- * The server's advisory locks, the backends holding some, and the other client backends, as
- * "locks,holders,clients" (the lock-table guard's first sample).
- */
-const ADVISORY_LOCKS_ROW = 'pgfence.advisory_locks';
-
-/**
- * Only the settings the server knows are set (unknown names are skipped inside the statement), so
- * one round trip per new connection serves every version. Unnamed statement: works through poolers.
- */
-const applySql = `SELECT v.name, set_config(v.name, v.value, false) AS value
-  FROM unnest($1::text[], $2::text[]) AS v(name, value)
-  WHERE current_setting(v.name, true) IS NOT NULL`;
-
-/** The same statement, also reading the size of the server's shared lock table (for the lock budget). */
-const applyAndReadSql = `${applySql}
-  UNION ALL
-  SELECT '${LOCK_TABLE_ROW}', (current_setting('max_locks_per_transaction')::int8
-    * (current_setting('max_connections')::int8 + current_setting('max_prepared_transactions')::int8))::text
-  UNION ALL
-  SELECT '${ADVISORY_LOCKS_ROW}', count(*) || ',' || count(DISTINCT pid)
-    || ',' || (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid())
-  FROM pg_locks WHERE locktype = 'advisory'`;
-
 /** Applies the pinned-session settings to new connections; tells the logger once about what the server lacks or refuses. */
 export class PinnedSessionSettings {
   private readonly settings: [string, string][];
@@ -119,7 +95,7 @@ export class PinnedSessionSettings {
     const readLockTable = this.onLockTable !== null;
     if (wanted.length === 0 && !readLockTable) return;
     try {
-      const { rows } = await client.query<{ name: string; value: string }>(readLockTable ? applyAndReadSql : applySql, [
+      const { rows } = await client.query<{ name: string; value: string }>(readLockTable ? applySettingsAndReadSql : applySettingsSql, [
         wanted.map(([n]) => n),
         wanted.map(([, v]) => v),
       ]);
@@ -133,7 +109,7 @@ export class PinnedSessionSettings {
     const applied = new Set<string>();
     for (const [name, value] of wanted) {
       try {
-        const { rows } = await client.query<{ name: string }>(applySql, [[name], [value]]);
+        const { rows } = await client.query<{ name: string }>(applySettingsSql, [[name], [value]]);
         if (rows.length > 0) applied.add(name);
       } catch (err) {
         if (!isStatementError(err)) throw err;
@@ -142,7 +118,7 @@ export class PinnedSessionSettings {
       }
     }
     this.reportMissing(wanted.filter(([n]) => !this.refused.has(n)), applied);
-    if (this.onLockTable) this.tellLockTable((await client.query<{ name: string; value: string }>(applyAndReadSql, [[], []])).rows);
+    if (this.onLockTable) this.tellLockTable((await client.query<{ name: string; value: string }>(applySettingsAndReadSql, [[], []])).rows);
   }
 
   private tellLockTable(rows: { name: string; value: string }[]): void {

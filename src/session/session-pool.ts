@@ -4,6 +4,7 @@ import type { Logger } from '../observe/index.js';
 import type { ConnectionSource } from './connection-source.js';
 import type { OpStatements } from './op-statements.js';
 import { Session, type StatementText } from './session.js';
+import { cancelBackendSql } from './session-sql.js';
 
 /**
  * A session holding this many locks is heavy: single acquires keep off it while a lighter one exists.
@@ -15,6 +16,30 @@ export const HEAVY_HOLDS = 256;
 export const BURST = 64;
 /** A session with this many operations queued behind its statement in flight is congested: a try spills to another slot. */
 const CONGESTED = 16;
+
+/** What a SessionPool is built with: its settings, and its owner's answers to what it asks. */
+export interface SessionPoolOptions {
+  size: number;
+  keepaliveMs: number;
+  deadlineMs: number;
+  /** A locker holding and waiting for nothing closes its last session after this long unused. */
+  idleTimeoutMs: number;
+  logger: Logger;
+  /** What the sessions run: the owner's operations (see OpStatements). */
+  statements: OpStatements;
+  /** Run on a new waiter session ahead of its first wait (what a first wait would otherwise pay after its grant). */
+  warmWaiter?: StatementText;
+  /** A session died (not when closed): what it held is lost. */
+  onLost(session: Session, err: Error): void;
+  /** A NOTIFY arrived on a session that LISTENs (the release listener's). */
+  onNotification(msg: pg.Notification): void;
+  /** A blocking wait is in flight on the waiter session. */
+  waiterBlocked(): boolean;
+  /** The locker holds or waits for something (its last session then stays open). */
+  needed(): boolean;
+  /** Something waits (a marker may be registered on any lock session, and LISTEN on home is in use). */
+  waiting(): boolean;
+}
 
 /**
  * The locker's pinned sessions: lock sessions in up to `size` slots, and the waiter session.
@@ -47,30 +72,10 @@ export class SessionPool {
   private readonly holds = new Map<number, number>();
   /** Lock tries placed in the current synchronous run (reset at the next microtask). */
   private placedNow = 0;
-  /** A blocking wait is in flight on the waiter session. */
-  waiterBlocked: () => boolean = () => false;
-  /** The locker holds or waits for something (its last session then stays open). */
-  needed: () => boolean = () => false;
-  /** Something waits (a marker may be registered on any lock session, and LISTEN on home is in use). */
-  waiting: () => boolean = () => false;
-  /** A NOTIFY arrived on a session that LISTENs (the release listener). */
-  onNotification: (msg: pg.Notification) => void = () => {};
 
   constructor(
     private readonly source: ConnectionSource,
-    /** `statements`: what the sessions run (the owner's operations; see OpStatements). */
-    private readonly opts: {
-      size: number;
-      keepaliveMs: number;
-      deadlineMs: number;
-      /** A locker holding and waiting for nothing closes its last session after this long unused. */
-      idleTimeoutMs: number;
-      logger: Logger;
-      statements: OpStatements;
-      /** Run on a new waiter session ahead of its first wait (what a first wait would otherwise pay after its grant). */
-      warmWaiter?: StatementText;
-    },
-    private readonly onLost: (session: Session, err: Error) => void,
+    private readonly opts: SessionPoolOptions,
   ) {
     this.slots = new Array<Session | null>(opts.size).fill(null);
   }
@@ -111,7 +116,7 @@ export class SessionPool {
   }
 
   private holdsOn(session: Session | null): number {
-    return session && session.state !== 'dead' ? (this.holds.get(session.id) ?? 0) : 0;
+    return session && session.state.kind !== 'dead' ? (this.holds.get(session.id) ?? 0) : 0;
   }
 
   private holdsOf(slot: number): number {
@@ -120,7 +125,7 @@ export class SessionPool {
 
   private live(slot: number): Session | null {
     const s = this.slots[slot];
-    return s && s.state !== 'dead' ? s : null;
+    return s && s.state.kind !== 'dead' ? s : null;
   }
 
   private congested(slot: number): boolean {
@@ -155,7 +160,7 @@ export class SessionPool {
 
   /** The waiter session, opening one if needed (only a blocking wait asks for it). */
   waiterSession(): Session {
-    if (this.waiter && this.waiter.state !== 'dead') return this.waiter;
+    if (this.waiter && this.waiter.state.kind !== 'dead') return this.waiter;
     this.waiter = this.open();
     const warm = this.opts.warmWaiter;
     // Only a warm-up: a first wait pays for it instead (a dead session is reported as lost anyway).
@@ -176,11 +181,10 @@ export class SessionPool {
   async cancel(session: Session): Promise<void> {
     const pid = session.processId;
     // Still running its setup statement: the wait has not been sent (it is withdrawn), and a cancel would kill the setup.
-    if (pid === null || session.state !== 'ready' || !session.setUp) return;
+    if (pid === null || !session.usable) return;
     const home = this.live(0);
-    const text = 'SELECT pg_cancel_backend($1)';
     // Without the cancel the wait still ends, at its lock_timeout (or with its session).
-    await (home && home !== session ? home.statement(text, [pid]) : this.source.pool.query(text, [pid])).catch((err) =>
+    await (home && home !== session ? home.statement(cancelBackendSql, [pid]) : this.source.pool.query(cancelBackendSql, [pid])).catch((err) =>
       this.opts.logger.debug({ err, session: session.id }, 'pgfence: could not cancel a blocking wait; it ends at its lock_timeout'),
     );
   }
@@ -196,9 +200,9 @@ export class SessionPool {
       statements: this.opts.statements,
       onLost: (s, err) => {
         this.holds.delete(s.id);
-        this.onLost(s, err);
+        this.opts.onLost(s, err);
       },
-      onNotification: (msg) => this.onNotification(msg),
+      onNotification: (msg) => this.opts.onNotification(msg),
     });
     if (!this.reaper) {
       this.reaper = setInterval(this.reap, this.opts.keepaliveMs);
@@ -210,20 +214,20 @@ export class SessionPool {
   /** Closes what is no longer needed (see the class comment); stops once no session is open. */
   private readonly reap = (): void => {
     const now = performance.now();
-    const unusedFor = (s: Session, ms: number) => s.state === 'ready' && s.idle && now - s.usedAt >= ms;
+    const unusedFor = (s: Session, ms: number) => s.state.kind === 'idle' && s.queued === 0 && now - s.usedAt >= ms;
     const waiter = this.waiter;
-    if (waiter?.state === 'dead') this.waiter = null;
-    else if (waiter && !this.waiterBlocked() && this.holdsOn(waiter) === 0 && unusedFor(waiter, this.opts.keepaliveMs)) {
+    if (waiter?.state.kind === 'dead') this.waiter = null;
+    else if (waiter && !this.opts.waiterBlocked() && this.holdsOn(waiter) === 0 && unusedFor(waiter, this.opts.keepaliveMs)) {
       this.waiter = null;
       this.retire(waiter, 'idle waiter session');
     }
     // While something waits, a marker may be on any lock session and LISTEN on home is in use.
-    if (!this.waiting()) {
+    if (!this.opts.waiting()) {
       for (let i = 0; i < this.slots.length; i++) {
         const s = this.live(i);
         if (!s || this.holdsOn(s) > 0 || !unusedFor(s, this.opts.keepaliveMs)) continue;
         const last = this.sessions().length === 1;
-        if (last && (this.needed() || !unusedFor(s, this.opts.idleTimeoutMs))) continue;
+        if (last && (this.opts.needed() || !unusedFor(s, this.opts.idleTimeoutMs))) continue;
         this.slots[i] = null;
         this.retire(s, last ? 'idle locker: its last session' : 'lock session holding nothing');
       }
@@ -246,7 +250,7 @@ export class SessionPool {
       return;
     }
     const waiter = this.waiter;
-    if (waiter && waiter.state !== 'dead' && this.holdsOn(waiter) > 0 && !this.waiterBlocked()) {
+    if (waiter && waiter.state.kind !== 'dead' && this.holdsOn(waiter) > 0 && !this.opts.waiterBlocked()) {
       this.slots[0] = waiter;
       this.waiter = null;
     }
@@ -259,7 +263,7 @@ export class SessionPool {
 
   /** Sessions currently open or opening. */
   sessions(): Session[] {
-    return [...this.slots, this.waiter].filter((s): s is Session => s !== null && s.state !== 'dead');
+    return [...this.slots, this.waiter].filter((s): s is Session => s !== null && s.state.kind !== 'dead');
   }
 
   close(): void {

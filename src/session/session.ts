@@ -8,6 +8,7 @@ import type { OpStatements } from './op-statements.js';
 import { isSchemaGone, statementFailure, undoFailedBatch } from './reconcile.js';
 import { type RawRow, sendOpQuery } from './op-query.js';
 import { internalOp, isUse, type LockOp, type OpCode, opsStatement, type PendingOp, PROBE, tokenOf } from './pending-op.js';
+import { CONNECTING, connectionOf, type Dead, type Flushing, type Idle, type Reconciling, SESSION_STATES, type SessionState, type SettingUp } from './session-state.js';
 import { statementQuery, type StatementText } from './statement-query.js';
 
 /** Thrown to the callers of operations that were queued on, or in flight over, a session that died. */
@@ -43,37 +44,43 @@ interface SessionOptions {
  */
 export class Session {
   readonly id: number;
-  state: 'connecting' | 'ready' | 'dead' = 'connecting';
-  /** Why the session died (set once, with state 'dead'). */
-  deathCause: Error | null = null;
-  /**
-   * The flavour of statements the session runs, as the setup statement answered (for session locks:
-   * pgfence's schema is present, so tries give way to live leases of the same key). Found out by the
-   * first statement after connecting; an unguarded session asks again every keepaliveMs (the schema
-   * may be migrated meanwhile), never per acquire.
-   */
-  guarded = false;
-  /** performance.now() when the session last looked for the schema. */
-  private lookedAt = 0;
-  private conn: PinnedConnection | null = null;
+  /** Its one state (session-state.ts): changed only by move(). */
+  private current: SessionState = CONNECTING;
+  /** Operations queued behind the statement out (or behind the connect and the setup statement). */
   private pending: PendingOp[] = [];
-  private inFlight: PendingOp[] | null = null;
-  private flushQueued = false;
   /** One timer per session, set for the next moment it must act: a statement's deadline or the next probe. */
   private readonly watchdog = new Watchdog(() => this.onWatchdog());
-  /** performance.now() when the statement in flight was sent, and when the session last heard back. */
-  private sentAt = 0;
-  private inFlightDeadlineMs = 0;
+  /** performance.now() when the session last heard back from the server. */
   private lastActivity = 0;
   /** performance.now() when an operation (not a keepalive probe) was last queued or answered: idle sessions are closed by it. */
   usedAt = performance.now();
-  readonly ready: Promise<void>;
+  /** A statement out that was withdrawn after it was sent, and by when the server must answer it (see answerSoon). */
+  private withdrawnOut: { batch: readonly PendingOp[]; answerBy: number } | null = null;
 
   constructor(private readonly opts: SessionOptions) {
     this.id = opts.id;
-    this.ready = this.connect();
-    // Callers await `ready` themselves; an unobserved failure is already handled by connect().
-    this.ready.catch(() => {});
+    void this.connect();
+  }
+
+  /** The session's state (read-only outside: see SESSION_STATES). */
+  get state(): SessionState {
+    return this.current;
+  }
+
+  /** Set up and not dead: its statements go out in order (until then it counts as not connected). */
+  get usable(): boolean {
+    const { kind } = this.current;
+    return kind === 'idle' || kind === 'flushing' || kind === 'reconciling';
+  }
+
+  /** Why the session died; null while it lives. */
+  get deathCause(): Error | null {
+    return this.current.kind === 'dead' ? this.current.cause : null;
+  }
+
+  /** The only transition function: a move SESSION_STATES does not list throws IllegalTransitionError (a bug). */
+  private move(next: SessionState): void {
+    this.current = SESSION_STATES.transition(this.current, next);
   }
 
   /**
@@ -118,7 +125,7 @@ export class Session {
       // `withdraw` takes the statement back while it has not been sent (a cancel cannot reach it yet).
       const onWithdraw = () => {
         const i = this.pending.indexOf(op);
-        if (i < 0) return; // sent already: only a server-side cancel reaches it now
+        if (i < 0) return this.answerSoon(op); // sent already: only a server-side cancel reaches it now
         this.pending.splice(i, 1);
         reject(Object.assign(new Error('the statement was withdrawn before it was sent'), { code: WITHDRAWN }));
       };
@@ -131,44 +138,28 @@ export class Session {
 
   /** The one way in: false when the session is dead (the operation then fails, never synchronously). */
   private enqueue(op: PendingOp): boolean {
-    if (this.state === 'dead') {
-      const err = this.lostError();
+    const s = this.current;
+    if (s.kind === 'dead') {
+      const err = this.lostError(s);
       queueMicrotask(() => op.reject(err));
       return false;
     }
     this.pending.push(op);
     if (isUse(op)) this.usedAt = performance.now();
-    this.scheduleFlush();
+    // An idle session sends a lone operation at once; whatever comes while a statement is out (or before the
+    // session is set up, or while an answer is handed out) goes out together, as the next statement, right after.
+    if (s.kind === 'idle' && this.pending.length === 1) this.flush(s);
     return true;
   }
 
-  /** Nothing queued or in flight. */
-  get idle(): boolean {
-    return this.inFlight === null && this.pending.length === 0;
-  }
-  /** Operations queued behind the statement in flight (or behind the connect). */
+  /** Operations queued behind the statement out (or behind the connect). */
   get queued(): number {
     return this.pending.length;
   }
 
-  private scheduleFlush(): void {
-    if (this.flushQueued) return;
-    if (this.state === 'ready' && !this.inFlight && this.pending.length === 1) {
-      // An idle session sends a lone operation at once; whatever comes while it is in flight is batched.
-      this.flush();
-      return;
-    }
-    this.flushQueued = true;
-    // A microtask lets operations issued in the same tick share one statement.
-    queueMicrotask(() => {
-      this.flushQueued = false;
-      this.flush();
-    });
-  }
-
-  /** The backend pid, for diagnostics and tests. */
+  /** The backend pid while connected, for diagnostics and tests. */
   get processId(): number | null {
-    return (this.conn?.client as { processID?: number } | undefined)?.processID ?? null;
+    return (connectionOf(this.current)?.client as { processID?: number } | undefined)?.processID ?? null;
   }
 
   /** Ends the session: the server releases everything it held. */
@@ -176,92 +167,95 @@ export class Session {
     this.die(new SessionLostError('the locker was closed'), false, true);
   }
 
+  /** connecting -> settingUp, its setup statement sent at once (or -> dead). */
   private async connect(): Promise<void> {
+    let conn: PinnedConnection;
     try {
-      const conn = await this.opts.source.pin((err) => this.die(err));
-      if (this.state === 'dead') {
-        conn.destroy();
-        throw this.lostError();
-      }
-      this.conn = conn;
-      (conn.client as pg.Client).once('end', () => this.die(new Error('connection ended')));
-      (conn.client as pg.Client).on('notification', (msg) => this.opts.onNotification(msg));
-      this.state = 'ready';
-      this.everReady = true;
-      // The first statement finds out whether the schema is there, before any lock statement is sent.
-      this.lookedAt = performance.now();
-      this.pending.unshift(this.setupOp());
-      this.scheduleFlush();
-      this.lastActivity = performance.now();
-      this.arm();
+      conn = await this.opts.source.pin((err) => this.die(err));
     } catch (err) {
       this.die(err instanceof Error ? err : new Error(String(err)));
-      throw this.lostError();
+      return;
     }
+    if (this.current.kind === 'dead') {
+      conn.destroy(); // closed (or failed) while it connected
+      return;
+    }
+    (conn.client as pg.Client).once('end', () => this.die(new Error('connection ended')));
+    (conn.client as pg.Client).on('notification', (msg) => this.opts.onNotification(msg));
+    this.lastActivity = performance.now();
+    // The first statement finds out whether the schema is there, before any lock statement is sent.
+    const settingUp: SettingUp = { kind: 'settingUp', conn, batch: [this.setupOp()], sentAt: this.lastActivity, deadlineMs: this.opts.deadlineMs };
+    this.move(settingUp);
+    this.send(settingUp);
+    this.arm();
   }
 
   /** The setup statement as an operation of its own (it also serves as a probe). */
   private setupOp(): PendingOp {
-    const done = (rows: unknown[]) => {
-      this.guarded = (rows[0] as { guarded?: boolean } | undefined)?.guarded === true;
-      this.setUp = true;
-    };
+    const done = (rows: unknown[]) => this.lookedFor((rows[0] as { guarded?: boolean } | undefined)?.guarded === true);
     const op = internalOp({ text: this.opts.statements.setup.text, values: [], done });
     op.upkeep = true;
-    // A session is used only after its setup succeeded: the operations queued behind a failed first setup fail
-    // with its cause, and the session ends. A later look (an unguarded session asking again for the schema)
-    // that fails leaves the session as it was: set up, unguarded.
+    // A failed first setup ends the session: the operations queued behind it fail with its cause. A later look (an
+    // unguarded session asking again for the schema) that fails leaves the session as it was: set up, unguarded.
     op.reject = (err) => {
-      if (!this.setUp) this.die(err);
-      else this.opts.logger.warn({ err, session: this.id }, 'pgfence: an unguarded session could not look for the schema again');
+      if (this.current.kind === 'settingUp') this.die(err);
+      else if (this.current.kind === 'flushing') this.opts.logger.warn({ err, session: this.id }, 'pgfence: an unguarded session could not look for the schema again');
     };
     return op;
   }
 
-  /** An unguarded session looks for the schema again, first thing (in place of a due keepalive probe). */
-  private lookAgain(): void {
-    this.lookedAt = performance.now();
-    const head = this.pending[0]!;
-    if (head.code === PROBE && !head.statement) this.pending.shift();
-    this.pending.unshift(this.setupOp());
+  /** The setup statement answered: settingUp (or flushing, for a look again) -> idle, in the flavour it found. */
+  private lookedFor(guarded: boolean): void {
+    const s = this.current;
+    if (s.kind === 'settingUp') this.move({ kind: 'idle', conn: s.conn, guarded, lookedAt: s.sentAt });
+    else if (s.kind === 'flushing') this.move(guarded === s.idle.guarded ? s.idle : { ...s.idle, guarded });
   }
 
-  private flush(): void {
-    if (this.state !== 'ready' || this.inFlight || this.pending.length === 0 || !this.conn) return;
-    if (!this.guarded && performance.now() - this.lookedAt >= this.opts.keepaliveMs) this.lookAgain();
+  /** idle -> flushing: the next statement goes out (an unguarded session due to look for the schema again looks first). */
+  private flush(s: Idle): void {
+    const now = performance.now();
+    let idle = s;
+    if (!s.guarded && now - s.lookedAt >= this.opts.keepaliveMs) {
+      // In place of a due keepalive probe.
+      const head = this.pending[0]!;
+      if (head.code === PROBE && !head.statement) this.pending.shift();
+      this.pending.unshift(this.setupOp());
+      idle = { kind: 'idle', conn: s.conn, guarded: false, lookedAt: now };
+    }
     const [batch, rest] = takeBatch(this.pending);
     this.pending = rest;
-    this.inFlight = batch;
-    this.sentAt = performance.now();
     // A blocking wait may take its whole lock_timeout before the server answers.
-    this.inFlightDeadlineMs = batch[0]!.statement?.deadlineMs ?? this.opts.deadlineMs;
-    this.send(batch);
+    const flushing: Flushing = { kind: 'flushing', idle, batch, sentAt: now, deadlineMs: batch[0]!.statement?.deadlineMs ?? this.opts.deadlineMs };
+    this.move(flushing);
+    this.send(flushing);
     this.arm();
   }
 
   /**
-   * Sends one statement for the batch: a statement of its own, a probe when the batch holds probes
-   * only, a lone operation's prepared statement, or a (fenced) batch statement.
+   * Sends the statement out: a statement of its own (the setup statement too), a probe when the batch holds
+   * probes only, a lone operation's prepared statement, or a (fenced) batch statement.
    */
-  private send(batch: PendingOp[]): void {
-    const statement = batch[0]!.statement;
-    const ops = batch.filter((op): op is LockOp => op.code !== PROBE);
+  private send(s: SettingUp | Flushing): void {
+    const { client } = s.kind === 'settingUp' ? s.conn : s.idle.conn;
+    const guarded = s.kind === 'flushing' && s.idle.guarded;
+    const statement = s.batch[0]!.statement;
+    const ops = s.batch.filter((op): op is LockOp => op.code !== PROBE);
     if (statement?.raw) {
-      const { values, ...query } = statementQuery(statement, this.guarded);
+      const { values, ...query } = statementQuery(statement, guarded);
       const asText = values.map((v) => (v == null ? null : String(v)));
-      sendOpQuery(this.conn!.client, query, asText, (err, rows) => this.settled(batch, ops, err, () => statement.done(rows)));
+      sendOpQuery(client, query, asText, (err, rows) => this.settled(s, ops, err, () => statement.done(rows)));
       return;
     }
     if (statement) {
-      this.conn!.client.query(statementQuery(statement, this.guarded)).then(
-        (res) => this.settled(batch, ops, null, () => statement.done(res.rows)),
-        (err: Error) => this.settled(batch, ops, err),
+      client.query(statementQuery(statement, guarded)).then(
+        (res) => this.settled(s, ops, null, () => statement.done(res.rows)),
+        (err: Error) => this.settled(s, ops, err),
       );
       return;
     }
-    const { query, values, lone } = opsStatement(this.guarded ? this.opts.statements.guarded : this.opts.statements.plain, ops);
-    sendOpQuery(this.conn!.client, query, values, (err, rows) =>
-      this.settled(batch, ops, err, () => {
+    const { query, values, lone } = opsStatement(guarded ? this.opts.statements.guarded : this.opts.statements.plain, ops);
+    sendOpQuery(client, query, values, (err, rows) =>
+      this.settled(s, ops, err, () => {
         // Columns by position (OpFlavour): a lone operation's row is (r[, token]), a batch's (i, r[, token]).
         if (lone) for (const row of rows) lone.resolve(Number(row[0]), tokenOf(row[1]));
         else if (ops.length > 0) for (const row of rows) ops[Number(row[0]) - 1]!.resolve(Number(row[1]), tokenOf(row[2]));
@@ -269,119 +263,154 @@ export class Session {
     );
   }
 
-  /** The statement in flight was answered (`deliver` hands its rows out) or failed. */
-  private settled(batch: PendingOp[], ops: LockOp[], err: Error | null, deliver?: () => void): void {
-    if (err === null) {
-      if (this.inFlight !== batch) return; // the session died meanwhile: the batch was already failed
-      this.answered(batch);
+  /** The statement out was answered (`deliver` hands its rows out) or failed. */
+  private settled(s: SettingUp | Flushing, ops: LockOp[], err: Error | null, deliver?: () => void): void {
+    if (this.current !== s) return; // the session died meanwhile: die() failed the batch
+    const statement = s.batch[0]!.statement;
+    if (err !== null && (!statement || isConnectionLost(err))) {
+      void this.failed(s, ops, err);
+      return;
+    }
+    this.heardBack(s.batch);
+    if (statement) {
+      // A statement of its own goes alone and is answered first: its caller hears back through a promise, later;
+      // the setup statement's answer moves the session to idle itself (a failed first one ends it). It fails alone.
+      if (err === null) deliver!();
+      else s.batch[0]!.reject(err);
+      if (this.current === s && s.kind === 'flushing') this.move(s.idle);
+    } else if (s.kind === 'flushing') {
+      // Lock operations: back to idle before their callbacks run, so that an operation they queue goes out at once
+      // and a close they call finds no batch out to fail a second time.
+      this.move(s.idle);
       deliver!();
-      for (const op of batch) if (op.code === PROBE && !op.statement) op.resolve(1, null);
-      this.next();
-    } else if (batch[0]!.statement && !isConnectionLost(err) && this.inFlight === batch) {
-      // A statement of its own fails alone; the session carries on.
-      this.answered(batch);
-      batch[0]!.reject(err);
-      this.next();
-    } else void this.failed(batch, ops, err);
+      for (const op of s.batch) if (op.code === PROBE) op.resolve(1, null);
+    }
+    this.next();
   }
 
-  /** The server answered the statement in flight. */
-  private answered(batch: PendingOp[]): void {
+  /** The server answered the statement out. */
+  private heardBack(batch: readonly PendingOp[]): void {
     this.lastActivity = performance.now();
     if (batch.some(isUse)) this.usedAt = this.lastActivity;
-    if (this.inFlight === batch) this.inFlight = null;
   }
 
   /** Sends what queued up meanwhile, or waits for the next moment to act. */
   private next(): void {
-    if (this.state === 'ready' && this.pending.length > 0) this.flush();
+    const s = this.current;
+    if (s.kind === 'idle' && this.pending.length > 0) this.flush(s);
     else this.arm();
   }
 
-  /** A statement failed: the connection is gone (the session dies), or the batch is reconciled. */
-  private async failed(batch: PendingOp[], ops: LockOp[], err: Error): Promise<void> {
-    if (this.state === 'dead') return; // die() already failed the batch
-    if (isConnectionLost(err)) {
+  /**
+   * A statement failed: the connection is gone (the session dies), or flushing -> reconciling: what it half did
+   * is undone (two round trips whatever the batch size), its operations fail with its error, exactly once
+   * (die() leaves a batch being reconciled to this), and the session is idle again.
+   */
+  private async failed(s: SettingUp | Flushing, ops: LockOp[], err: Error): Promise<void> {
+    if (isConnectionLost(err) || s.kind !== 'flushing') {
       this.die(err);
       return;
     }
     // The schema went away under a guarded session: its later statements go without the guard.
-    if (this.guarded && isSchemaGone(err)) this.guarded = false;
-    await this.reconcile(ops, err);
-    for (const op of batch) if (op.code === PROBE) op.resolve(1, null);
-    this.answered(batch);
-    this.next();
-  }
-
-  /** A statement failed on a live connection: undo what it half-did, then fail its operations with its error. */
-  private async reconcile(ops: LockOp[], cause: Error): Promise<void> {
-    const failure = statementFailure(cause);
+    const idle: Idle = s.idle.guarded && isSchemaGone(err) ? { ...s.idle, guarded: false } : s.idle;
+    const reconciling: Reconciling = { kind: 'reconciling', idle, batch: s.batch, sentAt: s.sentAt, deadlineMs: s.deadlineMs };
+    this.move(reconciling);
+    const failure = statementFailure(err);
+    let undoFailed: Error | null = null;
     try {
-      await undoFailedBatch(this.conn!.client, this.opts.statements, ops);
-      for (const op of ops) op.reject(failure);
-    } catch (err) {
-      for (const op of ops) op.reject(failure);
-      this.die(err instanceof Error ? err : failure);
+      await undoFailedBatch(idle.conn.client, this.opts.statements, ops);
+    } catch (e) {
+      undoFailed = e instanceof Error ? e : failure;
     }
+    if (undoFailed === null && this.current === reconciling) {
+      this.heardBack(s.batch);
+      this.move(idle);
+    }
+    for (const op of ops) op.reject(failure);
+    for (const op of s.batch) if (op.code === PROBE) op.resolve(1, null);
+    if (undoFailed) this.die(undoFailed);
+    else this.next();
   }
 
   /**
-   * Sets the watchdog for the next moment the session must act: the deadline of the statement in flight,
-   * or, when idle, keepaliveMs after it last heard from the server (then it sends a probe). A loss is
-   * therefore noticed within keepaliveMs + deadlineMs of the last sign of life.
+   * Sets the watchdog for the next moment the session must act: the deadline of the statement out, or, when
+   * idle, keepaliveMs after it last heard from the server (then it sends a probe). A loss is therefore
+   * noticed within keepaliveMs + deadlineMs of the last sign of life.
    */
   private arm(): void {
-    if (this.state !== 'ready') return;
-    this.watchdog.setFor(this.inFlight ? this.sentAt + this.inFlightDeadlineMs : this.lastActivity + this.opts.keepaliveMs);
+    const s = this.current;
+    if (s.kind === 'connecting' || s.kind === 'dead') return;
+    this.watchdog.setFor(s.kind === 'idle' ? this.lastActivity + this.opts.keepaliveMs : this.dueAt(s));
+  }
+
+  /** When the statement out must have been answered: its deadline, or sooner once withdrawn (answerSoon). */
+  private dueAt(s: SettingUp | Flushing | Reconciling): number {
+    const withdrawn = this.withdrawnOut?.batch === s.batch ? this.withdrawnOut.answerBy : Infinity;
+    return Math.min(s.sentAt + s.deadlineMs, withdrawn);
+  }
+
+  /**
+   * The statement out was withdrawn (its waiter gave up, and a server-side cancel is on its way): the server has
+   * deadlineMs from now to answer it, however long the statement was allowed to wait (a wait without a timeout
+   * too), or the session is lost, as after any late statement. A cancel lost in a dead network then holds up
+   * whatever waits for the statement's end (a close, the next wait) no longer than that.
+   */
+  private answerSoon(op: PendingOp): void {
+    const s = this.current;
+    if ((s.kind !== 'flushing' && s.kind !== 'reconciling') || !s.batch.includes(op)) return;
+    const answerBy = performance.now() + this.opts.deadlineMs;
+    if (answerBy >= s.sentAt + s.deadlineMs) return;
+    this.withdrawnOut = { batch: s.batch, answerBy };
+    this.arm();
   }
 
   private onWatchdog(): void {
-    if (this.state !== 'ready') return;
+    const s = this.current;
+    if (s.kind === 'connecting' || s.kind === 'dead') return;
     const now = performance.now();
-    if (this.inFlight) {
-      if (now - this.sentAt >= this.inFlightDeadlineMs) {
-        this.die(new LockUnavailableError(`PostgreSQL did not answer within ${Math.round(this.inFlightDeadlineMs)} ms`));
+    if (s.kind !== 'idle') {
+      if (now >= this.dueAt(s)) {
+        const cancelled = this.dueAt(s) < s.sentAt + s.deadlineMs;
+        this.die(new LockUnavailableError(`PostgreSQL did not answer ${cancelled ? 'a cancelled statement ' : ''}within ${Math.round(cancelled ? this.opts.deadlineMs : s.deadlineMs)} ms`));
         return;
       }
     } else if (this.pending.length === 0 && now - this.lastActivity >= this.opts.keepaliveMs) {
       this.pending.push(internalOp());
-      this.flush(); // arms for the probe's deadline
+      this.flush(s); // arms for the probe's deadline
       return;
     }
     this.arm();
   }
 
-  private everReady = false;
-  /** Its setup statement succeeded: the session may be used (until then it counts as not connected). Read-only outside. */
-  setUp = false;
-
-  private lostError(): SessionLostError {
-    const cause = this.deathCause;
-    const why = cause?.message ?? 'unknown cause';
-    const err = !this.everReady
-      ? new SessionLostError(`could not connect to PostgreSQL: ${why}`, { cause })
-      : !this.setUp
-        ? new SessionLostError(`PostgreSQL session not usable, its setup statement did not succeed: ${why}`, { cause })
-        : new SessionLostError(`PostgreSQL session lost: ${why}`, { cause });
-    err.connected = this.setUp;
+  private lostError({ cause, diedIn }: Dead): SessionLostError {
+    const why = cause.message ?? 'unknown cause';
+    const err =
+      diedIn === 'connecting'
+        ? new SessionLostError(`could not connect to PostgreSQL: ${why}`, { cause })
+        : diedIn === 'settingUp'
+          ? new SessionLostError(`PostgreSQL session not usable, its setup statement did not succeed: ${why}`, { cause })
+          : new SessionLostError(`PostgreSQL session lost: ${why}`, { cause });
+    err.connected = diedIn !== 'connecting' && diedIn !== 'settingUp';
     return err;
   }
 
-  /** `closing`: ended on purpose by close(), not lost (logged at debug). */
+  /** Any state but dead -> dead. `closing`: ended on purpose by close(), not lost (logged at debug). */
   private die(err: Error, notify = true, closing = false): void {
-    if (this.state === 'dead') return;
-    const wasReady = this.state === 'ready';
-    this.state = 'dead';
-    this.deathCause = err;
+    const s = this.current;
+    if (s.kind === 'dead') return;
+    const dead: Dead = { kind: 'dead', cause: err, diedIn: s.kind };
+    this.move(dead);
     this.watchdog.stop();
-    this.conn?.destroy();
-    const lost = this.lostError();
-    const failed = [...(this.inFlight ?? []), ...this.pending];
-    this.inFlight = null;
+    connectionOf(s)?.destroy();
+    const lost = this.lostError(dead);
+    // The statement out fails with the session (a batch being reconciled fails with its statement's error instead).
+    const out = s.kind === 'settingUp' || s.kind === 'flushing' ? s.batch : [];
+    const queued = this.pending;
     this.pending = [];
-    for (const op of failed) op.reject(lost);
+    for (const op of out) op.reject(lost);
+    for (const op of queued) op.reject(lost);
     if (closing) this.opts.logger.debug({ session: this.id }, 'pgfence: session closed');
-    else if (wasReady) this.opts.logger.warn({ err, session: this.id }, this.setUp ? 'pgfence: session lost' : 'pgfence: session setup failed; the session is not used');
+    else if (s.kind !== 'connecting') this.opts.logger.warn({ err, session: this.id }, s.kind === 'settingUp' ? 'pgfence: session setup failed; the session is not used' : 'pgfence: session lost');
     if (notify) this.opts.onLost(this, err);
   }
 }

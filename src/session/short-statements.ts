@@ -1,8 +1,9 @@
 import type pg from 'pg';
 import { isPreparedStatementMissing, type SqlExecutor } from '../core/index.js';
-import { checkOut } from './check-out.js';
+import { checkOut, queryPool } from './check-out.js';
 import type { ConnectionSource } from './connection-source.js';
 import type { SessionPool } from './session-pool.js';
+import { backendPidSql } from './session-sql.js';
 
 /** A statement with a name of its own: prepared once per connection, where that is safe. */
 interface NamedStatement {
@@ -46,8 +47,9 @@ export class ShortStatements implements Pick<SqlExecutor, 'query'> {
   }
 
   private async viaPool<R extends pg.QueryResultRow>(statement: NamedStatement | string, values: unknown[]): Promise<R[]> {
-    if (typeof statement !== 'string') return runStatement<R>(this.source.pool, statement, values);
-    return (await this.source.pool.query<R>(statement, values)).rows;
+    const { pool, connectTimeoutMs } = this.source;
+    if (typeof statement !== 'string') return runStatement<R>(pool, statement, values, connectTimeoutMs);
+    return (await queryPool<R>(pool, { text: statement, values }, connectTimeoutMs)).rows;
   }
 }
 
@@ -60,12 +62,13 @@ const direct = new WeakMap<pg.Pool, boolean | Promise<boolean>>();
 
 /**
  * Runs a statement on `pool`: named (no Parse after its first use on a connection) when the pool's
- * connections go straight to PostgreSQL, else unnamed. A lease cycle is two such statements.
+ * connections go straight to PostgreSQL, else unnamed. A lease cycle is two such statements. Each
+ * check-out waits at most `connectMs` (see checkOut).
  */
-export async function runStatement<R extends pg.QueryResultRow>(pool: pg.Pool, statement: NamedStatement, values: unknown[]): Promise<R[]> {
+export async function runStatement<R extends pg.QueryResultRow>(pool: pg.Pool, statement: NamedStatement, values: unknown[], connectMs: number): Promise<R[]> {
   let named = direct.get(pool);
   if (named === undefined) {
-    named = isDirect(pool);
+    named = isDirect(pool, connectMs);
     direct.set(pool, named);
     named.then(
       (answer) => direct.set(pool, answer), // later statements go out without waiting for a promise
@@ -73,22 +76,22 @@ export async function runStatement<R extends pg.QueryResultRow>(pool: pg.Pool, s
     );
   }
   if (typeof named !== 'boolean') named = await named;
-  if (!named) return (await pool.query<R>({ text: statement.text, values })).rows;
+  if (!named) return (await queryPool<R>(pool, { text: statement.text, values }, connectMs)).rows;
   try {
-    return (await pool.query<R>({ name: statement.name, text: statement.text, values })).rows;
+    return (await queryPool<R>(pool, { name: statement.name, text: statement.text, values }, connectMs)).rows;
   } catch (err) {
     // The prepared statement is gone (DISCARD ALL or DEALLOCATE by someone else): unnamed from now on.
     if (!isPreparedStatementMissing(err)) throw err;
     direct.set(pool, false);
-    return (await pool.query<R>({ text: statement.text, values })).rows;
+    return (await queryPool<R>(pool, { text: statement.text, values }, connectMs)).rows;
   }
 }
 
 /** PostgreSQL reports its backend's pid when a connection starts; a proxy reports a key of its own. */
-async function isDirect(pool: pg.Pool): Promise<boolean> {
-  const { client, release } = await checkOut(pool);
+async function isDirect(pool: pg.Pool, connectMs: number): Promise<boolean> {
+  const { client, release } = await checkOut(pool, undefined, connectMs);
   try {
-    const { rows } = await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    const { rows } = await client.query<{ pid: number }>(backendPidSql);
     release();
     return rows[0]!.pid === (client as { processID?: number | null }).processID;
   } catch (err) {

@@ -3,4 +3,5 @@ export * from './marker-sql.js';
 export * from './strategy.js';
 export * from './wait-line.js';
 export * from './wait-lines.js';
-export { WaitCount } from './waiter.js';
+export { WaitCount, WAITER_STATES, type WaiterState } from './waiter.js';
+export { WAIT_LINE_STATES, type LineState } from './line-states.js';

@@ -53,36 +53,13 @@ export interface AttemptPhase {
   last: Busy | null;
 }
 
-/** What a line asks of the kind of resource it waits for. Optional parts are the session locks' own. */
+/**
+ * What a line asks of every kind of resource it waits for: one attempt for its head, the give-back of a
+ * late grant, the reports. A kind that can do more gives its line a capability too: BlockingWaits, LocalHolders.
+ */
 export interface WaitStrategy<R extends LineRequest, H> {
   /** One attempt for the head of the line. */
   attempt(request: R, phase: AttemptPhase): Promise<Attempt<H>>;
-  /** Attempts register the marker themselves (else the line registers it when the head starts to wait). */
-  readonly announcesInAttempt?: boolean;
-  /**
-   * Waits in the database's own queue for at most remainingMs, or null when it cannot now (the line then
-   * announces and polls). `cancel` aborts when the waiter gives up or the line closes.
-   */
-  block?(request: R, remainingMs: number, last: Busy | null, cancel: Cancel): Promise<Attempt<H>> | null;
-  /**
-   * A fresh request may skip its first attempt and go straight to `block` (which then tries first and
-   * says whether it waited): the resource was busy lately, so a try would most likely fail.
-   */
-  blockFirst?(request: R): boolean;
-  /**
-   * Starts work the key needs before its line is served (run one at a time with attempts), and calls
-   * `done` once it is over, never synchronously; false when there is none now (`done` is not called).
-   * A callback, not a promise: every release of a session lock runs one.
-   */
-  chore?(done: () => void): boolean;
-  /** This process holds the resource (so a request waits behind local holders). */
-  heldHere?(): boolean;
-  /** The local holders admit `request` at the head of the line (local shared holders share one hold). */
-  canShare?(request: R): boolean;
-  /** Grants `request` the hold this process has (only when canShare). */
-  share?(request: R): H;
-  /** The first attempt of `request` is still waiting for a connection: its first answer decides, within boundMs. */
-  connecting?(request: R, startedAt: number): { boundMs: number; error(): Error } | null;
   /** A grant arrived for a waiter that had already given up: hand it back (resolves once it is back). */
   giveBack(handle: H): Promise<unknown>;
   granted(request: R, handle: H, waitMs: number): void;
@@ -91,4 +68,38 @@ export interface WaitStrategy<R extends LineRequest, H> {
   timeoutError(request: R): Error;
   /** The line has nothing to do: no waiter, nothing in flight, no marker. */
   idle(): void;
+}
+
+/** A kind that can wait in the database's own FIFO queue (session locks; leases while a lock holds their name). */
+export interface BlockingWaits<R extends LineRequest, H> {
+  /**
+   * Waits in the database's own queue for at most remainingMs, or null when it cannot now (the line then
+   * announces and polls). `cancel` aborts when the waiter gives up or the line closes.
+   */
+  block(request: R, remainingMs: number, last: Busy | null, cancel: Cancel): Promise<Attempt<H>> | null;
+  /**
+   * A fresh request may skip its first attempt and go straight to `block` (which then tries first and
+   * says whether it waited): the resource was busy lately, so a try would most likely fail.
+   */
+  blockFirst(request: R): boolean;
+  /** The first attempt of `request` is still waiting for a connection: its first answer decides, within boundMs. */
+  connecting?(request: R, startedAt: number): { boundMs: number; error(): Error } | null;
+}
+
+/** A kind whose holders in this process stand in the line (session locks: local holders share one server hold). */
+export interface LocalHolders<R extends LineRequest, H> {
+  /** This process holds the resource (so a request waits behind local holders). */
+  heldHere(): boolean;
+  /** The local holders admit `request` at the head of the line (local shared holders share one hold). */
+  canShare(request: R): boolean;
+  /** Grants `request` the hold this process has (only when canShare). */
+  share(request: R): H;
+  /**
+   * Starts work the key needs before its line is served (run one at a time with attempts), and calls
+   * `done` once it is over, never synchronously; false when there is none now (`done` is not called).
+   * A callback, not a promise: every release of a session lock runs one.
+   */
+  chore(done: () => void): boolean;
+  /** Attempts register the marker themselves (else the line registers it when the head starts to wait). */
+  readonly announcesInAttempt: boolean;
 }

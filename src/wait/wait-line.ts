@@ -1,8 +1,10 @@
-import { Cancel, MAX_TIMER_MS, setLongTimeout } from '../core/index.js';
-import { MarkerOp, markerRegistered } from './marker-sql.js';
+import { Cancel, IllegalTransitionError } from '../core/index.js';
+import { listen, registerMarker } from './announce.js';
+import { MarkerOp } from './marker-sql.js';
 import type { ReleaseListener, Session, SessionPool } from '../session/index.js';
-import type { Attempt, Busy, LineRequest, WaitStrategy } from './strategy.js';
-import { giveUpOnTimeout, WaitCount, type Waiter } from './waiter.js';
+import type { Attempt, BlockingWaits, Busy, LineRequest, LocalHolders, WaitStrategy } from './strategy.js';
+import { type AttemptingState, attempting, attemptFor, blocking, type BlockingState, IDLE, inFlight, type LineState, OPERATING, polling, WAIT_LINE_STATES } from './line-states.js';
+import { EXPIRED, leaving, newWaiter, WaitCount, type Waiter, WAITING } from './waiter.js';
 
 /** Wake-up polls find releases nobody announced (a holder's session died, a non-pgfence holder, an expiry). */
 const FIRST_POLL_MS = 50;
@@ -13,31 +15,33 @@ const LEAVE_GRACE_MS = 250;
 /**
  * The local FIFO line of waiters for one key: only the head talks to the database, so N local waiters
  * cost one wait. A head that finds the resource busy announces itself (LISTEN, then a marker on the
- * key's session) and looks again, then waits in the database's own queue when its strategy can block,
+ * key's session) and looks again, then waits in the database's own queue when its kind can block,
  * else for the NOTIFY of a release, with a backing-off poll for releases nobody announced. Timeouts and
  * aborts leave the line at once; a grant that arrives for a waiter that left is handed back, and that
- * waiter is answered once it is back. Operations on the key (attempts, the strategy's chores, marker
- * registrations) run one at a time.
+ * waiter is answered once it is back. Operations on the key (attempts, the holders' chores, marker
+ * registrations) run one at a time. The line's state is one value (line-states.ts), each waiter's
+ * another (waiter.ts), each changed only by its `move`.
  */
 export class WaitLine<R extends LineRequest, H> {
   private readonly queue: Waiter<R, H>[] = [];
-  /** An operation for this key is in flight. */
-  private busy = false;
-  /** A release was announced (or a poll fell due) while busy. */
-  private wakePending = false;
+  private state: LineState<Waiter<R, H>> = IDLE;
+  /**
+   * Not a state: the session holding the key's wait announcement, a resource that outlives the states (an
+   * attempt or announce() registers it, later attempts use it, serve() withdraws it once nobody waits).
+   */
   private markerSession: Session | null = null;
-  private pollTimer: NodeJS.Timeout | null = null;
+  /** Not a state: the poll's backing-off delay, kept from one poll to the next (an announced release resets it). */
   private pollDelayMs = FIRST_POLL_MS;
-  /** The waiter whose attempt or blocking wait is in flight, if any. */
-  private attemptFor: Waiter<R, H> | null = null;
-  /** Cancels the blocking wait in flight. */
-  private blockCancel: Cancel | null = null;
-  /** drained() calls waiting for the key to go quiet (null: none; most lines never have one). */
+  /** Not a state: drained() calls waiting for the key to go quiet (null: none; most lines never have one). */
   private onQuiet: (() => void)[] | null = null;
   /** Ends an operation begun by `beginOperation()` (bound once: every release and bulk try uses it). */
   readonly endOperation = (): void => {
-    this.busy = false;
+    this.move(IDLE);
     this.drive();
+  };
+  private readonly pollDue = (): void => {
+    this.move(IDLE);
+    this.lookAgain(false);
   };
 
   constructor(
@@ -46,42 +50,33 @@ export class WaitLine<R extends LineRequest, H> {
     private readonly listener: ReleaseListener,
     private readonly strategy: WaitStrategy<R, H>,
     private readonly count: WaitCount = new WaitCount(),
+    /** The kind can wait in the database's own queue. */
+    private readonly blocking: BlockingWaits<R, H> | null = null,
+    /** The kind's holders in this process stand in the line. */
+    private readonly holders: LocalHolders<R, H> | null = null,
   ) {}
+
+  /** The one way the line's state changes: throws IllegalTransitionError on a move WAIT_LINE_STATES does not list. */
+  private move(next: LineState<Waiter<R, H>>): void {
+    const from = this.state;
+    this.state = WAIT_LINE_STATES.transition(from, next);
+    if (from.kind === 'polling') clearTimeout(from.timer);
+  }
 
   enqueue(request: R, nullOnTimeout: boolean): Promise<H | null> {
     if (request.signal?.aborted) return Promise.reject(request.signal.reason);
     return new Promise<H | null>((resolve, reject) => {
-      // The usual timeout (under ~24.8 days) is one plain timer, given the waiter: no closures per acquire.
-      const { timeoutMs, signal } = request;
-      let timer: NodeJS.Timeout | null = null;
-      let cancelLongTimer: (() => void) | null = null;
-      const onAbort = signal ? () => this.giveUp(waiter, signal.reason) : null;
-      const waiter: Waiter<R, H> = {
-        request,
-        startedAt: performance.now(),
-        waiting: false,
-        contended: false,
-        settled: false,
-        expired: false,
-        last: null,
-        leaving: null,
-        resolve: (h) => (nullOnTimeout || h ? resolve(h) : reject(this.strategy.timeoutError(request))),
-        reject,
-        cleanup: () => {
-          if (timer) clearTimeout(timer);
-          cancelLongTimer?.();
-          if (onAbort) signal!.removeEventListener('abort', onAbort);
-        },
-      };
-      if (timeoutMs > MAX_TIMER_MS) cancelLongTimer = setLongTimeout(() => this.giveUp(waiter, null), timeoutMs);
-      else if (timeoutMs > 0) timer = setTimeout(giveUpOnTimeout, timeoutMs, this, waiter);
-      if (onAbort) signal!.addEventListener('abort', onAbort, { once: true });
+      const answer = (h: H | null) => (nullOnTimeout || h ? resolve(h) : reject(this.strategy.timeoutError(request)));
+      const waiter = newWaiter<R, H>(this, request, answer, reject);
       this.queue.push(waiter);
       this.count.n++;
       // Busy here already (others wait, or local holders hold it): a single try fails at once.
       const behindOthers = this.queue.length > 1;
-      if (behindOthers || (this.strategy.heldHere?.() && !this.canShareNow(request))) {
-        if (request.timeoutMs === 0) return this.settle(waiter, () => waiter.resolve(null));
+      if (behindOthers || (this.holders?.heldHere() && !this.canShareNow(request))) {
+        if (request.timeoutMs === 0) {
+          if (this.finish(waiter)) waiter.resolve(null);
+          return;
+        }
         this.contended(waiter);
       }
       this.drive();
@@ -95,11 +90,15 @@ export class WaitLine<R extends LineRequest, H> {
 
   /** `released`: a release was announced, and the poll starts over; else a poll fell due, and it backs off further. */
   private lookAgain(released: boolean): void {
-    if (!this.queue[0]?.waiting) return;
-    if (this.busy) {
-      this.wakePending = true;
+    if (this.queue[0]?.state.kind !== 'waiting') return;
+    const state = this.state;
+    if (state.kind === 'attempting' || state.kind === 'blocking') {
+      // Looked at once if the answer is busy.
+      if (!state.woken) this.move({ ...state, woken: true });
       return;
     }
+    // The operation's end serves the line: the head looks then.
+    if (state.kind === 'operating') return;
     if (released) this.pollDelayMs = FIRST_POLL_MS;
     this.drive();
   }
@@ -121,57 +120,22 @@ export class WaitLine<R extends LineRequest, H> {
   close(reason: Error | (() => Error)): void {
     for (const w of [...this.queue]) {
       const err = typeof reason === 'function' ? reason() : reason;
-      if (w !== this.attemptFor) this.settle(w, () => w.reject(err));
-      else if (!w.leaving) this.leave(w, () => w.reject(err));
+      if (w !== attemptFor(this.state)) this.settle(w, () => w.reject(err));
+      else if (w.state.kind !== 'leaving') this.leave(w, () => w.reject(err));
     }
-    this.blockCancel?.abort();
-    this.clearPoll();
+    if (this.state.kind === 'blocking') this.state.cancel.abort();
+    if (this.state.kind === 'polling') this.move(IDLE);
     this.drive();
   }
 
   /** Resolves once nothing is in flight for the key (a late grant handed back) and its marker is withdrawn. */
   async drained(): Promise<void> {
-    while (this.busy || this.markerSession) await new Promise<void>((resolve) => (this.onQuiet ??= []).push(resolve));
-  }
-
-  private drive(): void {
-    this.serve();
-    if (!this.busy) this.notifyQuiet();
-  }
-
-  private serve(): void {
-    if (this.busy) return;
-    // 1. The key's own chores first (a session lock no local holder keeps goes back).
-    this.busy = true;
-    if (this.strategy.chore?.(this.endOperation)) return;
-    this.busy = false;
-    const head = this.queue[0];
-    if (head) {
-      // 2. Local holders: share with them, or wait for them to let go.
-      if (this.strategy.heldHere?.()) {
-        if (this.canShareNow(head.request)) {
-          this.answerGrant(head, this.strategy.share!(head.request));
-          this.drive();
-        }
-        return;
-      }
-      // 3. The head looks.
-      return this.attempt(head);
-    }
-    // 4. Nobody waits any more: withdraw the marker, then let the owner forget this line.
-    const marker = this.markerSession;
-    if (marker) {
-      this.markerSession = null;
-      this.beginOperation();
-      return marker.submit(MarkerOp.unregister, this.key, this.endOperation, this.endOperation);
-    }
-    this.clearPoll();
-    this.strategy.idle();
+    while (inFlight(this.state) || this.markerSession) await new Promise<void>((resolve) => (this.onQuiet ??= []).push(resolve));
   }
 
   /** Nobody waits or looks, no operation is in flight, no marker: an operation may run outside the line (see occupy). */
   get quiet(): boolean {
-    return !this.busy && this.queue.length === 0 && this.markerSession === null;
+    return !inFlight(this.state) && this.queue.length === 0 && this.markerSession === null;
   }
 
   /** Runs an operation for the key (also one of the owner's own), then serves the line again. */
@@ -185,79 +149,132 @@ export class WaitLine<R extends LineRequest, H> {
    * bulk try of thousands of keys uses instead of a promise per key. The line waits for it meanwhile.
    */
   beginOperation(): void {
-    this.busy = true;
+    this.move(OPERATING);
+  }
+
+  private drive(): void {
+    this.serve();
+    if (!inFlight(this.state)) this.notifyQuiet();
+  }
+
+  /**
+   * Serves the line: the first of these steps that applies takes it, in this order: 1. the key's own chores
+   * (a session lock no local holder keeps goes back); 2. local holders (share with them, or wait for them to
+   * let go); 3. the head's attempt; 4. nobody waits any more: the marker's withdrawal; 5. the line is idle.
+   */
+  private serve(): void {
+    if (inFlight(this.state)) return;
+    const head = this.queue[0];
+    if (this.chores() || this.localHolders(head)) return;
+    if (head) return this.attempt(head);
+    if (!this.withdrawMarker()) this.rest();
+  }
+
+  /** Its `done` (endOperation) comes later, never synchronously: the line is operating once the chore has started. */
+  private chores(): boolean {
+    if (!this.holders?.chore(this.endOperation)) return false;
+    this.move(OPERATING);
+    return true;
+  }
+
+  private localHolders(head: Waiter<R, H> | undefined): boolean {
+    const holders = this.holders;
+    if (!head || !holders?.heldHere()) return false;
+    if (this.canShareNow(head.request)) {
+      this.answerGrant(head, holders.share(head.request));
+      this.drive();
+    }
+    return true;
+  }
+
+  private withdrawMarker(): boolean {
+    const marker = this.markerSession;
+    if (!marker) return false;
+    this.markerSession = null;
+    this.beginOperation();
+    marker.submit(MarkerOp.unregister, this.key, this.endOperation, this.endOperation);
+    return true;
+  }
+
+  /** Nothing to do: no poll stays due, and the owner may forget this line. */
+  private rest(): void {
+    if (this.state.kind === 'polling') this.move(IDLE);
+    this.strategy.idle();
   }
 
   private canShareNow(request: R): boolean {
-    return this.strategy.canShare?.(request) ?? false;
+    return this.holders?.canShare(request) ?? false;
   }
 
   private attempt(head: Waiter<R, H>): void {
-    if (!head.waiting && !this.markerSession && this.strategy.blockFirst?.(head.request)) {
-      head.waiting = true;
-      if (this.block(head)) return;
-      head.waiting = false;
+    const was = head.state;
+    if (was.kind !== 'waiting' && !this.markerSession && this.blocking?.blockFirst(head.request) && this.block(head)) {
+      if (was.kind === 'queued') head.move(WAITING);
+      return;
     }
-    const phase = { waiting: head.waiting, markerSession: this.markerSession, last: head.last };
-    this.inFlight(head, () => this.strategy.attempt(head.request, phase), false);
+    const flight = attempting(head, was.kind === 'waiting', this.markerSession, head.last);
+    this.move(flight);
+    let pending: Promise<Attempt<H>>;
+    try {
+      pending = this.strategy.attempt(head.request, flight);
+    } catch (err) {
+      pending = Promise.reject(err);
+    }
+    pending.then(this.onLanded, this.onFailed);
   }
 
-  /** Waits in the database's queue when the strategy can (and the waiter has time left): true if it does. */
+  /** Waits in the database's queue when the kind can (and the waiter has time left): true if it does. */
   private block(head: Waiter<R, H>): boolean {
-    if (!this.strategy.block) return false;
+    if (!this.blocking) return false;
     const { timeoutMs } = head.request;
     const remainingMs = timeoutMs === Infinity ? Infinity : head.startedAt + timeoutMs - performance.now();
     if (remainingMs <= 0) return false;
     const cancel = new Cancel();
-    const blocking = this.strategy.block(head.request, remainingMs, head.last, cancel);
-    if (!blocking) return false;
-    this.blockCancel = cancel;
-    this.inFlight(head, () => blocking, true);
+    const pending = this.blocking.block(head.request, remainingMs, head.last, cancel);
+    if (!pending) return false;
+    this.move(blocking(head, cancel));
+    pending.then(this.onLanded, this.onFailed);
     return true;
   }
 
-  private inFlight(head: Waiter<R, H>, start: () => Promise<Attempt<H>>, blocked: boolean): void {
-    this.busy = true;
-    this.attemptFor = head;
-    this.wakePending = false;
-    this.clearPoll();
-    const landed = () => {
-      this.busy = false;
-      this.attemptFor = null;
-      this.blockCancel = null;
-    };
-    let pending: Promise<Attempt<H>>;
-    try {
-      pending = start();
-    } catch (err) {
-      pending = Promise.reject(err);
-    }
-    pending.then(
-      (outcome) => {
-        landed();
-        if (outcome.announcedOn) this.markerSession = outcome.announcedOn;
-        if (outcome.contended && !head.settled) this.contended(head);
-        if ('granted' in outcome) this.onGranted(head, outcome.granted);
-        else if ('retry' in outcome) this.drive();
-        else this.onBusy(head, outcome, blocked);
-      },
-      (err: unknown) => {
-        landed();
-        this.settle(head, head.leaving ?? (() => head.reject(err)));
-        this.drive();
-      },
-    );
+  /** The attempt or blocking wait in flight came back: the line is idle again, and its waiter hears. */
+  private land(): AttemptingState<Waiter<R, H>> | BlockingState<Waiter<R, H>> {
+    const flight = this.state;
+    if (flight.kind !== 'attempting' && flight.kind !== 'blocking') throw new IllegalTransitionError(WAIT_LINE_STATES.name, flight.kind, IDLE.kind);
+    this.move(IDLE);
+    return flight;
   }
 
+  // An attempt or blocking wait came back (bound once: its waiter is the in-flight state's, no closure per attempt).
+  private readonly onLanded = (outcome: Attempt<H>): void => {
+    const flight = this.land();
+    const head = flight.waiter;
+    if (outcome.announcedOn) this.markerSession = outcome.announcedOn;
+    if (outcome.contended && head.state.kind !== 'settled') this.contended(head);
+    if ('granted' in outcome) this.onGranted(head, outcome.granted);
+    else if ('retry' in outcome) this.drive();
+    else this.onBusy(head, outcome, flight);
+  };
+
+  private readonly onFailed = (err: unknown): void => {
+    const head = this.land().waiter;
+    const state = head.state;
+    this.settleAndDrive(head, state.kind === 'leaving' ? state.answer : () => head.reject(err));
+  };
+
   private onGranted(head: Waiter<R, H>, handle: H): void {
-    if (head.settled || head.leaving) {
+    const { kind } = head.state;
+    if (kind === 'settled' || kind === 'leaving') {
       // The next in line looks only once this grant is back (else it would find its own locker holding it); a
       // waiter that gave up meanwhile is answered then, so that nothing of it is left held when it is.
       return this.occupy(
         this.strategy
           .giveBack(handle)
           .catch(() => {}) // never rejects: a release reports a failed give-back itself (a loss, logged at warn)
-          .then(() => head.leaving && this.settle(head, head.leaving)),
+          .then(() => {
+            const state = head.state;
+            if (state.kind === 'leaving') this.settle(head, state.answer);
+          }),
       );
     }
     this.answerGrant(head, handle);
@@ -266,60 +283,50 @@ export class WaitLine<R extends LineRequest, H> {
 
   private answerGrant(head: Waiter<R, H>, handle: H): void {
     const waitMs = performance.now() - head.startedAt;
-    this.settle(head, () => head.resolve(handle));
+    if (this.finish(head)) head.resolve(handle);
     this.strategy.granted(head.request, handle, waitMs);
   }
 
-  private onBusy(head: Waiter<R, H>, busy: Busy, blocked: boolean): void {
+  private onBusy(head: Waiter<R, H>, busy: Busy, flight: AttemptingState<unknown> | BlockingState<unknown>): void {
     // It met the key busy: contention (once per request), also when its time ran out meanwhile; a single try is no wait.
-    if (!head.settled && head.request.timeoutMs !== 0) this.contended(head);
-    if (head.leaving) this.settle(head, head.leaving);
-    if (head.settled) return this.drive();
-    if (head.expired) {
-      this.settle(head, this.timedOut(head));
-      return this.drive();
-    }
-    if (head.request.timeoutMs === 0) {
-      this.settle(head, () => head.resolve(null));
-      return this.drive();
-    }
+    if (head.state.kind !== 'settled' && head.request.timeoutMs !== 0) this.contended(head);
+    // A contention listener that served the line meanwhile (a synchronous acquire of the key) went on from here.
+    if (this.state.kind !== 'idle') return;
+    const state = head.state;
+    if (state.kind === 'leaving') return this.settleAndDrive(head, state.answer);
+    if (state.kind === 'settled') return this.drive();
+    if (state.kind === 'expired') return this.settleAndDrive(head, this.timedOut(head));
+    if (head.request.timeoutMs === 0) return this.settleAndDrive(head, () => head.resolve(null));
     head.last = busy;
-    if (blocked) {
+    if (flight.kind === 'blocking') {
       // A blocking wait ended without a grant: look again soon. A lease holds the name: wait for its release, announced.
       if (busy.leaseHeld) return this.occupy(this.announce());
       return this.schedulePoll(busy.retryInMs);
     }
-    if (!head.waiting) {
-      head.waiting = true;
-      this.contended(head);
+    if (state.kind === 'queued') {
+      head.move(WAITING);
       if (this.block(head)) return;
-      // Announce the wait (listen first, then the marker), then look again: a release in between is not missed.
+      // Announce the wait, then look again: a release in between is not missed.
       return this.occupy(this.announce());
     }
     if (this.block(head)) return;
-    if (this.wakePending) return this.drive();
+    if (flight.woken) return this.drive();
     this.schedulePoll(busy.retryInMs);
   }
 
+  /** Announces the wait: listen first, then the marker (registerMarker takes the proof that only listen gives). */
   private async announce(): Promise<void> {
-    const listening = await this.listener.ensure();
+    const listening = await listen(this.listener);
     // Session locks register the marker with their next try.
-    if (this.strategy.announcesInAttempt || !listening || this.markerSession) return;
-    try {
-      const session = this.sessions.sessionFor(this.key);
-      if (markerRegistered(await session.run(MarkerOp.register, this.key))) this.markerSession = session;
-    } catch {
-      // Without a marker the poll still finds the release.
-    }
+    if (this.holders?.announcesInAttempt || !listening || this.markerSession) return;
+    const session = await registerMarker(listening, this.sessions, this.key);
+    if (session) this.markerSession = session;
   }
 
   private schedulePoll(retryInMs: number | undefined): void {
     const delay = Math.min(retryInMs ?? this.pollDelayMs, this.pollDelayMs);
     this.pollDelayMs = Math.min(MAX_POLL_MS, this.pollDelayMs * 2);
-    this.pollTimer = setTimeout(() => {
-      this.pollTimer = null;
-      this.lookAgain(false);
-    }, Math.max(1, delay));
+    this.move(polling(setTimeout(this.pollDue, Math.max(1, delay))));
   }
 
   private contended(waiter: Waiter<R, H>): void {
@@ -337,20 +344,16 @@ export class WaitLine<R extends LineRequest, H> {
 
   /** Timeout or abort: the waiter leaves the line; what its attempt in flight brings is handed back first. */
   giveUp(waiter: Waiter<R, H>, abortReason: unknown): void {
-    if (waiter.settled || waiter.leaving) return;
+    const { kind } = waiter.state;
+    if (kind === 'settled' || kind === 'leaving') return;
     const answer = abortReason !== null ? () => waiter.reject(abortReason) : this.timedOut(waiter);
-    if (this.attemptFor !== waiter) {
-      this.settle(waiter, answer);
-      return this.drive();
-    }
+    if (attemptFor(this.state) !== waiter) return this.settleAndDrive(waiter, answer);
     const connecting =
-      abortReason === null && !waiter.expired && !waiter.waiting && !this.blockCancel
-        ? this.strategy.connecting?.(waiter.request, waiter.startedAt)
-        : null;
+      abortReason === null && kind === 'queued' && this.state.kind === 'attempting' ? this.blocking?.connecting?.(waiter.request, waiter.startedAt) : null;
     if (connecting) {
       // Nothing is known yet, busy or unreachable: the first answer decides, within the bound.
-      waiter.expired = true;
-      this.onCleanup(waiter, setTimeout(() => this.settle(waiter, () => waiter.reject(connecting.error())), connecting.boundMs));
+      waiter.move(EXPIRED);
+      waiter.clearsOnAnswer(setTimeout(() => this.settle(waiter, () => waiter.reject(connecting.error())), connecting.boundMs));
       return;
     }
     this.leave(waiter, answer);
@@ -361,32 +364,27 @@ export class WaitLine<R extends LineRequest, H> {
    * handed back first), so that nothing of its request is held when the caller hears of it; after a grace if silent.
    */
   private leave(waiter: Waiter<R, H>, answer: () => void): void {
-    this.blockCancel?.abort();
-    waiter.leaving = answer;
-    this.onCleanup(waiter, setTimeout(() => this.settle(waiter, answer), LEAVE_GRACE_MS));
+    if (this.state.kind === 'blocking') this.state.cancel.abort();
+    waiter.move(leaving(answer));
+    waiter.clearsOnAnswer(setTimeout(() => this.settle(waiter, answer), LEAVE_GRACE_MS));
   }
 
-  private onCleanup(waiter: Waiter<R, H>, timer: NodeJS.Timeout): void {
-    const cleanup = waiter.cleanup;
-    waiter.cleanup = () => {
-      clearTimeout(timer);
-      cleanup();
-    };
-  }
-
-  private settle(waiter: Waiter<R, H>, outcome: () => void): void {
-    if (waiter.settled) return;
-    waiter.settled = true;
-    waiter.cleanup();
+  /** Takes the waiter out of the line, settled: true unless it already was (its answer is then not given again). */
+  private finish(waiter: Waiter<R, H>): boolean {
+    if (!waiter.settle()) return false;
     const i = this.queue.indexOf(waiter);
     if (i >= 0) this.queue.splice(i, 1);
     this.count.n--;
-    outcome();
+    return true;
   }
 
-  private clearPoll(): void {
-    if (this.pollTimer) clearTimeout(this.pollTimer);
-    this.pollTimer = null;
+  private settle(waiter: Waiter<R, H>, outcome: () => void): void {
+    if (this.finish(waiter)) outcome();
+  }
+
+  private settleAndDrive(waiter: Waiter<R, H>, outcome: () => void): void {
+    this.settle(waiter, outcome);
+    this.drive();
   }
 
   private notifyQuiet(): void {

@@ -2,7 +2,7 @@ import { type Cancel, type HeldLockInfo, LockerClosedError, type LockKind, LockT
 import type { LockTarget } from '../keys.js';
 import type { Observer } from '../observe/index.js';
 import type { ReleaseListener, Session, SessionPool } from '../session/index.js';
-import type { Attempt, AttemptPhase, Busy, LineRequest } from './strategy.js';
+import type { Attempt, AttemptPhase, BlockingWaits, Busy, LineRequest } from './strategy.js';
 import { WaitLine } from './wait-line.js';
 import { WaitCount } from './waiter.js';
 
@@ -20,6 +20,8 @@ interface TargetRequest extends LineRequest {
 export class WaitLines<R extends TargetRequest, H extends HeldLockInfo & { release(): Promise<boolean> }> {
   private readonly lines = new Map<bigint, WaitLine<R, H>>();
   private readonly count = new WaitCount();
+  /** The kind's blocking waits (one for all its lines), or null. */
+  private readonly blocking: BlockingWaits<R, H> | null;
 
   constructor(
     private readonly kind: LockKind,
@@ -27,9 +29,11 @@ export class WaitLines<R extends TargetRequest, H extends HeldLockInfo & { relea
     private readonly listener: ReleaseListener,
     private readonly observer: Observer,
     private readonly attempt: (request: R, phase: AttemptPhase) => Promise<Attempt<H>>,
-    /** Waits in PostgreSQL's queue, when the kind can (see WaitStrategy.block). */
-    private readonly block?: (request: R, remainingMs: number, last: Busy | null, cancel: Cancel) => Promise<Attempt<H>> | null,
-  ) {}
+    /** Waits in PostgreSQL's queue, when the kind can (see BlockingWaits.block); a fresh request always tries first. */
+    block?: (request: R, remainingMs: number, last: Busy | null, cancel: Cancel) => Promise<Attempt<H>> | null,
+  ) {
+    this.blocking = block ? { block, blockFirst: () => false } : null;
+  }
 
   get waiting(): number {
     return this.count.n;
@@ -64,7 +68,6 @@ export class WaitLines<R extends TargetRequest, H extends HeldLockInfo & { relea
       this.listener,
       {
         attempt: this.attempt,
-        ...(this.block ? { block: this.block } : {}),
         giveBack: (handle) => handle.release(),
         granted: (_request, handle, waitMs) => this.observer.acquired(handle, waitMs),
         contention: (request) => this.observer.contention(info(request)),
@@ -75,6 +78,7 @@ export class WaitLines<R extends TargetRequest, H extends HeldLockInfo & { relea
         },
       },
       this.count,
+      this.blocking,
     );
     this.lines.set(key, line);
     return line;

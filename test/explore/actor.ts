@@ -282,6 +282,7 @@ export class ActorHost {
         if (durable) record.tokenDurable = true;
         return released;
       } finally {
+        record.releaseSettledAt = now();
         this.o.emit({ type: 'hold', record: { ...record } });
       }
     });

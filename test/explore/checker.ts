@@ -10,8 +10,11 @@
  * Two conflicting holds whose certain intervals meet break exclusion. A holder acting later than its
  * certain interval (it may have lost the lock without knowing yet) must not act inside another's
  * certain interval, except within its kind's documented loss window after a fault that hit it.
+ *
+ * Turns (bounded waiting across kinds): a waiter seen in PostgreSQL's queue for its name is passed
+ * over by no grant of that name to a caller that asked after it had entered the queue (see turns()).
  */
-import type { ActRecord, ExploreConfig, FaultRecord, History, HoldRecord, OpRecord } from './history.js';
+import type { ActRecord, ExploreConfig, FaultRecord, History, HoldRecord, OpRecord, Mode, TurnConfig } from './history.js';
 
 export type ViolationType =
   | 'overlap'
@@ -26,7 +29,9 @@ export type ViolationType =
   | 'unsettled'
   /** A call stuck in the test's own preparation (a pool connection, BEGIN): it never reached pgfence. */
   | 'harness-hang'
-  | 'untyped-error';
+  | 'untyped-error'
+  /** A waiter in PostgreSQL's queue passed over by a caller that asked after it had queued. */
+  | 'overtaken';
 
 export interface Violation {
   type: ViolationType;
@@ -41,11 +46,18 @@ interface Interval {
   to: number;
 }
 
+/** When a lease call's lease may have held its name. */
+interface LeaseWindow {
+  op: string;
+  from: number;
+  to: number;
+}
+
 const ms = (t: number): string => `${t.toFixed(1)} ms`;
 
 export function check(history: History): Violation[] {
   const ctx = new CheckContext(history);
-  return [...ctx.exclusion(), ...ctx.permits(), ...ctx.tokens(), ...ctx.writes(), ...ctx.releases(), ...ctx.leaks(), ...ctx.calls()];
+  return [...ctx.exclusion(), ...ctx.permits(), ...ctx.tokens(), ...ctx.writes(), ...ctx.releases(), ...ctx.leaks(), ...ctx.calls(), ...ctx.turns()];
 }
 
 class CheckContext {
@@ -326,6 +338,110 @@ class CheckContext {
         yield { type: 'untyped-error', message: `${op.op} by ${op.actor} (${op.kind}) threw ${err.name}${err.code ? ` [${err.code}]` : ''}, not a PgfenceError: ${err.message}`, refs: [op.id] };
       }
     }
+  }
+
+  /**
+   * Bounded waiting across kinds (docs/concepts.md, "Turns across kinds"). PostgreSQL's queue for a key
+   * is first in, first out for every kind and lets nobody barge past a queued waiter: a waiter in it is
+   * granted once the holders queued before it have each held the name once. So the bound is 0
+   * overtakes: no grant of its name (in a mode that conflicts with its own) goes to a caller that asked
+   * after the waiter entered the queue, while the waiter still waits.
+   *
+   * Judged for acquire calls of the kinds in config.turns, from the wait's first sighting in the queue
+   * (the latest moment the wait can have begun: pg_locks.waitstart on this clock) until the waiter's
+   * grant was answered, or, when it was not granted, the last poll that still saw it waiting. Not
+   * judged when a fault reached the waiter's actor meanwhile (a lost session waits again at the end of
+   * the queue), and, for kinds whose waiter a live lease sends out of the queue ('lost-to-lease'), when
+   * a lease may have held the name meanwhile (the first to look after a lease gets in). A call known to
+   * leave the queue between its waits (turns.knownRequeuedWithSignal) is judged one wait at a time.
+   */
+  *turns(): Generator<Violation> {
+    const turns = this.config.turns;
+    const queue = this.h.queue ?? [];
+    if (!turns || queue.length === 0) return;
+    const holdById = new Map(this.h.holds.map((h) => [h.id, h]));
+    const familyOf = new Map(this.h.holds.map((h) => [h.kind, h.family]));
+    const lossWindow = Math.max(0, ...Object.values(this.config.lossWindowMs));
+    const leases = this.leaseWindows(turns, holdById, lossWindow);
+    for (const w of this.h.ops) {
+      const turn = turns.kinds[w.kind];
+      if (!turn || w.op !== 'acquire' || w.name === undefined || w.calledAt === undefined) continue;
+      const until = w.settledAt ?? this.h.takenAt ?? Infinity;
+      // Its own waits: begun after the call was made (a statement of an earlier call may still be queued).
+      const seen = queue.filter((s) => s.actor === w.actor && s.name === w.name && s.enteredFrom >= w.invokedAt && s.enteredBy <= until);
+      if (seen.length === 0) continue;
+      const hold = w.hold === undefined ? undefined : holdById.get(w.hold);
+      // A call that leaves the queue between its waits (a known gap) is judged one wait at a time, each while it was seen.
+      const requeued = w.abortAfterMs !== undefined && (turns.knownRequeuedWithSignal ?? []).includes(w.kind);
+      const waits = requeued
+        ? seen.map((s) => ({ entry: s.enteredBy, end: Math.min(until, s.lastSentAt), granted: undefined }))
+        : [{ entry: Math.min(...seen.map((s) => s.enteredBy)), end: hold ? hold.grantedAt : Math.min(until, Math.max(...seen.map((s) => s.lastSentAt))), granted: hold }];
+      for (const { entry, end, granted } of waits) {
+        if (end <= entry) continue;
+        const violation = this.overtaken(w, turn, entry, end, granted, { leases, familyOf, lossWindow });
+        if (violation) yield violation;
+      }
+    }
+  }
+
+  /** The grants that passed over `w` while it waited from `entry` to `end` (answered its grant `hold`, if given): a violation, or null. */
+  private overtaken(
+    w: OpRecord,
+    turn: 'kept' | 'lost-to-lease',
+    entry: number,
+    end: number,
+    hold: HoldRecord | undefined,
+    ctx: { leases: Map<string, LeaseWindow[]>; familyOf: Map<string, string>; lossWindow: number },
+  ): Violation | null {
+    const meets = (from: number, to: number) => from <= end && to >= entry;
+    if ((this.faultsOf.get(w.actor) ?? []).some((f) => meets(f.at, (f.endedAt ?? Infinity) + ctx.lossWindow))) return null;
+    if (turn === 'lost-to-lease' && (ctx.leases.get(w.name!) ?? []).some((l) => l.op !== w.id && meets(l.from, l.to))) return null;
+    const mode: Mode = w.mode ?? 'exclusive';
+    const family = ctx.familyOf.get(w.kind);
+    const knownNonExclusive = (h: HoldRecord) => family !== undefined && this.config.knownNonExclusive.some(([x, y]) => (family === x && h.family === y) || (family === y && h.family === x));
+    const overtakes = this.h.holds
+      .filter(
+        (h) =>
+          h.name === w.name &&
+          h.family !== 'permit' &&
+          h.actor !== w.actor &&
+          !(h.mode === 'shared' && mode === 'shared') &&
+          !knownNonExclusive(h) &&
+          h.requestedAt > entry &&
+          h.grantedAt < end,
+      )
+      .sort((a, b) => a.grantedAt - b.grantedAt);
+    if (overtakes.length === 0) return null;
+    const waited = hold ? `until its grant ${hold.id} was answered at ${ms(end)}` : `until at least ${ms(end)}${w.hold === undefined ? ` (not granted: ${w.outcome ?? 'pending'})` : ''}`;
+    return {
+      type: 'overtaken',
+      message:
+        `acquire by ${w.actor} (${w.kind} ${mode}, timeoutMs ${w.timeoutMs}${w.abortAfterMs === undefined ? '' : `, abort after ${w.abortAfterMs} ms`}) waited in PostgreSQL's queue for ${w.name}` +
+        ` from ${ms(entry)} ${waited}, and ${overtakes.length} grant${overtakes.length === 1 ? '' : 's'} of ${w.name} went meanwhile to callers that asked after it had queued (bound 0): ` +
+        overtakes.map((h) => `${describe(h)} asked at ${ms(h.requestedAt)}, granted at ${ms(h.grantedAt)}`).join('; '),
+      refs: [w.id, ...(hold ? [hold.id] : []), ...overtakes.map((h) => h.id)],
+    };
+  }
+
+  /**
+   * Per name, when a lease may have held it: from each lease call until its lease was released (the
+   * release answered), or, unreleased, until its TTL ran out after its holder's last belief (its renewals
+   * stop by then); a call that got nothing may have been granted too late to keep it (handed back, or
+   * left to its TTL).
+   */
+  private leaseWindows(turns: TurnConfig, holdById: Map<string, HoldRecord>, lossWindow: number): Map<string, LeaseWindow[]> {
+    const out = new Map<string, LeaseWindow[]>();
+    for (const o of this.h.ops) {
+      if (!turns.leaseKinds.includes(o.kind) || (o.op !== 'acquire' && o.op !== 'try') || o.name === undefined) continue;
+      const hold = o.hold === undefined ? undefined : holdById.get(o.hold);
+      const faulted = (this.faultsOf.get(o.actor) ?? []).some((f) => f.at <= (o.settledAt ?? Infinity) && (f.endedAt ?? Infinity) >= o.invokedAt);
+      let to: number;
+      if (hold?.released === true && hold.releaseSettledAt !== undefined) to = hold.releaseSettledAt;
+      else if (hold) to = (hold.endedAt ?? Infinity) + turns.leaseTtlMs + lossWindow;
+      else to = (o.settledAt ?? Infinity) + turns.leaseTtlMs + (faulted ? lossWindow : 0);
+      push(out, o.name, { op: o.id, from: o.invokedAt, to });
+    }
+    return out;
   }
 }
 

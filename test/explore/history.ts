@@ -72,6 +72,8 @@ export interface HoldRecord {
   /** What release() answered (undefined: not released). */
   released?: boolean;
   releaseInvokedAt?: number;
+  /** When release() answered (a lease freed by it was freed by then). */
+  releaseSettledAt?: number;
   lostAt?: number;
   lostReason?: string;
 }
@@ -128,6 +130,41 @@ export interface HeldObservation {
   clearAfterMs?: number;
 }
 
+/**
+ * A backend of an actor seen waiting in PostgreSQL's own lock queue for a name's key (pg_locks, not
+ * granted), one record per wait (pg_locks.waitstart): polled, so a short wait may go unseen.
+ */
+export interface QueueSighting {
+  actor: string;
+  name: string;
+  mode: Mode;
+  /** When the wait began on the server (waitstart), on this clock: no earlier than enteredFrom, no later than enteredBy. */
+  enteredFrom: number;
+  enteredBy: number;
+  /** The first poll that saw it answered at firstSeenAt; the last one was sent at lastSentAt (it still waited at some moment after). */
+  firstSeenAt: number;
+  lastSentAt: number;
+}
+
+/** Turns across kinds (docs/concepts.md): which kinds' waiters keep their place in PostgreSQL's queue. */
+export interface TurnConfig {
+  /**
+   * Kinds whose waiters are checked, by what a live lease does to a queued one: 'kept', it keeps its
+   * place (it holds the name's lock while it looks at the lease: transaction locks, lock_fenced, SQL
+   * lease); 'lost-to-lease', a live lease sends it out of the queue (Node session locks and leases),
+   * so its wait is judged only while no lease can have held the name.
+   */
+  kinds: Record<string, 'kept' | 'lost-to-lease'>;
+  /** Kinds whose grants are leases (a lease may outlive its holder's belief by its TTL). */
+  leaseKinds: string[];
+  /**
+   * Kinds whose wait with an AbortSignal leaves the queue and enters it again at its end every slice
+   * (known, reported: xactLock's 250 ms slices): such a call is judged one wait at a time, not as a whole.
+   */
+  knownRequeuedWithSignal?: string[];
+  leaseTtlMs: number;
+}
+
 export interface ExploreConfig {
   seed: number;
   /** How long a holder may act on a lock it has lost after a fault hit it, per kind (the documented detection bound). */
@@ -149,6 +186,8 @@ export interface ExploreConfig {
   leaseLingerKinds?: string[];
   /** Ops whose raw driver errors are known to pass through pgfence (being fixed elsewhere): not reported. */
   knownUntyped: OpName[];
+  /** Bounded waiting across kinds (absent: not checked). */
+  turns?: TurnConfig;
 }
 
 export interface History {
@@ -166,6 +205,8 @@ export interface History {
   stopped: Record<string, { from: number; to: number }[]>;
   /** When the round took the history: a call unsettled then was still pending at this moment. */
   takenAt?: number;
+  /** Waits seen in PostgreSQL's lock queue (absent: not watched). */
+  queue?: QueueSighting[];
 }
 
 /** The records an actor produces, sent as they happen (over IPC from a child); a record is sent again when it changes. */

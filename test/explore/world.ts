@@ -7,10 +7,21 @@ import { fork, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { migrate } from '../../src/index.js';
+import { lockKey, migrate } from '../../src/index.js';
 import { ActorHost, type ActorCommand, type ActorState, WRITES_TABLE } from './actor.js';
 import type { FromChild, ToChild } from './child.js';
-import { type ExploreConfig, type FaultRecord, type HeldObservation, type History, type HoldRecord, now, type OpRecord, type Recorded, type WriteRecord } from './history.js';
+import {
+  type ExploreConfig,
+  type FaultRecord,
+  type HeldObservation,
+  type History,
+  type HoldRecord,
+  now,
+  type OpRecord,
+  type QueueSighting,
+  type Recorded,
+  type WriteRecord,
+} from './history.js';
 import { kindNamed, type KindAdapter, type KindContext } from './kinds/index.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 
@@ -52,6 +63,19 @@ export interface Actor {
   host: ActorHost | null;
 }
 
+/** How often PostgreSQL's lock queue is looked at for the actors' waits (a shorter wait may go unseen). */
+const QUEUE_POLL_MS = 25;
+/** Waits for the names' keys (a bigint key: objsubid 1; markers are int4 pairs), with when each began and the server's clock now. */
+const QUEUE_SQL = `
+  SELECT a.application_name AS app, l.pid, ((l.classid::int8 << 32) | l.objid::int8)::text AS key, l.mode,
+         (to_jsonb(l) ->> 'waitstart') AS waitstart,
+         extract(epoch FROM (to_jsonb(l) ->> 'waitstart')::timestamptz) * 1000 AS wait_ms,
+         extract(epoch FROM clock_timestamp()) * 1000 AS now_ms
+    FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+   WHERE l.locktype = 'advisory' AND NOT l.granted AND l.objsubid = 1 AND a.application_name LIKE $1`;
+/** Wall clock against the monotonic clock (both of this host) over the few ms between a wait's start and its sighting. */
+const CLOCK_MARGIN_MS = 2;
+
 const CHILD = fileURLToPath(new URL('./child.ts', import.meta.url));
 const LOADER = fileURLToPath(new URL('../support/ts-loader.mjs', import.meta.url));
 
@@ -65,6 +89,7 @@ export class Recorder {
   readonly held: HeldObservation[] = [];
   readonly processOf: Record<string, string> = {};
   readonly stopped: History['stopped'] = {};
+  readonly queue: QueueSighting[] = [];
 
   add(r: Recorded): void {
     if (r.type === 'act') this.acts.push(r.record);
@@ -86,6 +111,7 @@ export class Recorder {
       processOf: this.processOf,
       stopped: this.stopped,
       takenAt: now(),
+      queue: this.queue,
     };
   }
 }
@@ -97,6 +123,9 @@ export class World {
   private proxy: TcpProxy | null = null;
   private readonly tag = randomBytes(3).toString('hex');
   private readonly closedWaiters = new Map<string, ((closed: boolean) => void)[]>();
+  /** application_name -> actor incarnation id. */
+  private readonly actorOfApp = new Map<string, string>();
+  private queueWatch: { stopped: boolean; done: Promise<void>; pool: pg.Pool } | null = null;
 
   constructor(readonly o: WorldOptions) {
     this.admin = new pg.Pool({ connectionString: o.url, max: 3 });
@@ -191,6 +220,7 @@ export class World {
     actor.owner = `explore:${actor.id}`;
     actor.state = 'opening';
     this.recorder.processOf[actor.id] = actor.process;
+    this.actorOfApp.set(actor.appName, actor.id);
     const ctx = this.context(actor);
     const tuning = { slackMs: this.o.slackMs, actEveryMs: this.o.actEveryMs, writeEvery: this.o.writeEvery };
     if (actor.child) {
@@ -254,7 +284,68 @@ export class World {
     this.incarnate(actor);
   }
 
+  /**
+   * Records the actors' waits in PostgreSQL's lock queue for `names` (pg_locks.waitstart: when each wait
+   * began on the server, put on this clock by the server's clock read in the same poll), one sighting per
+   * wait, until stop(). A poll that fails (a restart) is skipped.
+   */
+  watchQueues(names: string[]): void {
+    const nameOf = new Map(names.map((n) => [String(lockKey(n)), n]));
+    const open = new Map<string, QueueSighting>();
+    // A connection of its own, each look bounded: a restart or a slow server costs a missed look, never a stuck one.
+    const pool = new pg.Pool({ connectionString: this.o.url, max: 1, connectionTimeoutMillis: 2000, query_timeout: 2000 });
+    pool.on('error', () => {});
+    const watch = { stopped: false, done: Promise.resolve(), pool };
+    const poll = async () => {
+      while (!watch.stopped) {
+        const sentAt = now();
+        let rows: { app: string; pid: number; key: string; mode: string; waitstart: string | null; wait_ms: number | null; now_ms: number }[] = [];
+        try {
+          rows = (await pool.query(QUEUE_SQL, [`explore\\_${this.tag}\\_%`])).rows;
+        } catch {
+          rows = [];
+        }
+        const seenAt = now();
+        const seen = new Set<string>();
+        for (const r of rows) {
+          const name = nameOf.get(r.key);
+          const actor = this.actorOfApp.get(r.app);
+          if (!name || !actor || r.waitstart === null || r.wait_ms === null) continue;
+          const id = `${r.pid}|${r.key}|${r.waitstart}`;
+          seen.add(id);
+          const sighting = open.get(id);
+          if (sighting) {
+            sighting.lastSentAt = sentAt;
+            continue;
+          }
+          // The server read now_ms at some moment between sentAt and seenAt on this clock.
+          const waited = Number(r.now_ms) - Number(r.wait_ms);
+          const fresh: QueueSighting = {
+            actor,
+            name,
+            mode: r.mode === 'ShareLock' ? 'shared' : 'exclusive',
+            enteredFrom: sentAt - waited - CLOCK_MARGIN_MS,
+            enteredBy: seenAt - waited + CLOCK_MARGIN_MS,
+            firstSeenAt: seenAt,
+            lastSentAt: sentAt,
+          };
+          open.set(id, fresh);
+          this.recorder.queue.push(fresh);
+        }
+        for (const id of open.keys()) if (!seen.has(id)) open.delete(id);
+        await new Promise((resolve) => setTimeout(resolve, QUEUE_POLL_MS));
+      }
+    };
+    watch.done = poll();
+    this.queueWatch = watch;
+  }
+
   async stop(): Promise<void> {
+    if (this.queueWatch) {
+      this.queueWatch.stopped = true;
+      await this.queueWatch.done;
+      await this.queueWatch.pool.end().catch(() => {});
+    }
     for (const actor of this.actors) actor.child?.kill('SIGKILL');
     await this.proxy?.close();
     await this.admin.end();

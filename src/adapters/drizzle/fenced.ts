@@ -1,7 +1,7 @@
 import { and, type Column, type SQL, sql } from 'drizzle-orm';
 import type { PgTable } from 'drizzle-orm/pg-core';
 import { InvalidArgumentError } from '../../core/index.js';
-import { checkToken, DEFAULT_FENCING_COLUMN, type FencedUpdateResult, fencedUpdateResult, type GuardedCounts, guardedWriteError } from '../../fencing/index.js';
+import { checkToken, countedUpdate, DEFAULT_FENCING_COLUMN, fencingGuard, type FencedUpdateResult, fencedUpdateResult, type GuardedCounts, guardedWriteError, type SqlTag } from '../../fencing/index.js';
 import { optionKeys, optionsObject } from '../../options.js';
 import { columnsOf, fromItem, qualifiedTableName, updateParts, type UpdateParts } from './internals.js';
 import { driverErrors } from './sql-executor.js';
@@ -155,11 +155,9 @@ function countingStatement(parts: UpdateParts, fencing: FencingColumn, token: bi
   // Drizzle's own SET (casing, $onUpdate columns, each value through its column), the token as the fencing column's value.
   const set = fencing.key === undefined ? dialect.buildUpdateSet(table, parts.set as never) : dialect.buildUpdateSet(table, { ...parts.set, [fencing.key]: tokenParam } as never);
   const assignments = fencing.key === undefined ? sql`${set}, ${fencing.ref} = ${tokenParam}` : set;
-  const guard = sql`(${fencing.ref} is null or ${fencing.ref} <= ${tokenParam})`;
+  const guard = fencingGuard(sql as SqlTag<SQL>, sql`${fencing.ref}`, sql`${tokenParam}`);
   const rows = fromItem(table);
   const matched = where ? sql`${rows} where ${where}` : rows;
-  return sql`with "pgfence updated" as (update ${rows} set ${assignments} where ${where ? and(where, guard) : guard} returning 1)
-select (select count(*) from "pgfence updated")::int as written,
-       (select count(*) from ${matched})::int as matched,
-       (select max(${fencing.ref}) from ${matched})::text as current`;
+  const update = sql`update ${rows} set ${assignments} where ${where ? and(where, guard) : guard} returning 1`;
+  return countedUpdate(sql as SqlTag<SQL>, update, matched, sql`${fencing.ref}`);
 }

@@ -8,7 +8,7 @@
 import type { Knex } from 'knex';
 import { describeType, InvalidArgumentError } from '../../core/index.js';
 import { optionKeys, optionsObject } from '../../options.js';
-import { bareIdentifier, checkToken, DEFAULT_FENCING_COLUMN, type FencedUpdateResult, fencedUpdateResult, type GuardedCounts, guardedWriteError, quoteColumn } from '../../fencing/index.js';
+import { bareIdentifier, checkToken, countedUpdate, DEFAULT_FENCING_COLUMN, type FencedUpdateResult, fencedUpdateResult, type GuardedCounts, guardedWriteError, quoteColumn, type SqlTag } from '../../fencing/index.js';
 import { checkPgClient, type DriverResult, type KnexClientInternals, runRaw, unprocessed } from './raw.js';
 
 /** A guarded Knex update, ready to run: `execute()` reports what it wrote and what it refused, and why. */
@@ -113,13 +113,11 @@ export function fenced(builder: Knex.QueryBuilder<any, any>, token: bigint, opts
   const matched = b.clone();
   matched._method = 'select';
 
-  const query = unprocessed(client).raw(
-    `WITH "pgfence updated" AS (?)
-SELECT (SELECT count(*) FROM "pgfence updated")::int AS written,
-       (SELECT count(*) FROM ? AS "pgfence matched")::int AS matched,
-       (SELECT max(??) FROM ? AS "pgfence matched")::text AS current`,
-    [update, matched, column, matched],
-  );
+  const raw = unprocessed(client);
+  // Each fragment goes in as a binding (`?`): the builders as subqueries, the column as an identifier.
+  const knexSql: SqlTag<Knex.Raw> = (strings, ...fragments) => raw.raw(strings.join('?'), fragments);
+  const asMatched = raw.raw('? AS "pgfence matched"', [matched]);
+  const query = countedUpdate(knexSql, raw.raw('?', [update]), asMatched, raw.raw('??', [column]));
   if (b._connection !== undefined) query.connection(b._connection);
   const table = tableName(b._single);
   return {

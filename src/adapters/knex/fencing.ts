@@ -14,7 +14,7 @@ import {
   type VersionedUpdateResult,
   type VersionedUpdateSpec,
 } from '../../fencing/index.js';
-import { dropFencingColumnSql, dropVersionColumnSql } from '../shared/column-migrations.js';
+import { dropFencingColumnSql, dropVersionColumnSql } from '../../fencing/index.js';
 import type { AnyKnex } from './raw.js';
 import { knexSqlExecutor } from './sql-executor.js';
 import type { ClaimedRow, KnexFencedClaimSpec, KnexFencedUpdateSpec, KnexVersionedUpdateSpec } from './tables.js';

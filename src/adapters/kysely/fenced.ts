@@ -1,7 +1,7 @@
-import { type CompiledQuery, type KyselyPlugin, type OperationNode, sql, type UpdateQueryBuilder, type UpdateQueryNode } from 'kysely';
+import { type CompiledQuery, type Expression, type KyselyPlugin, type OperationNode, type RawBuilder, sql, type UpdateQueryBuilder, type UpdateQueryNode } from 'kysely';
 import { describeType, InvalidArgumentError } from '../../core/index.js';
 import { optionKeys, optionsObject } from '../../options.js';
-import { bareIdentifier, checkToken, DEFAULT_FENCING_COLUMN, type FencedUpdateResult, fencedUpdateResult, type GuardedCounts, guardedWriteError, quoteColumn } from '../../fencing/index.js';
+import { bareIdentifier, checkToken, COUNTED_UPDATE_CTE, countsAfterUpdate, DEFAULT_FENCING_COLUMN, fencingGuard, type FencedUpdateResult, fencedUpdateResult, type GuardedCounts, guardedWriteError, quoteColumn, type SqlTag } from '../../fencing/index.js';
 
 /** A guarded Kysely update, ready to run: `execute()` reports what it wrote and what it refused, and why. */
 export interface FencedUpdateQuery {
@@ -57,7 +57,7 @@ export function fenced<DB, UT extends keyof DB, TB extends keyof DB, O>(
   const ref = sql.ref(column);
   const guarded = (builder as unknown as UpdateQueryBuilder<any, any, any, any>)
     .set(() => ({ [column]: token }))
-    .where(() => sql<boolean>`(${ref} IS NULL OR ${ref} <= ${token})`)
+    .where(() => fencingGuard(sql as SqlTag<unknown>, ref, token) as RawBuilder<boolean>)
     .returning(sql<number>`1`.as('pgfence_written'));
   // Last of the executor's plugins: the caller's own (say, CamelCasePlugin) have shaped the update already.
   const counting: KyselyPlugin = {
@@ -90,10 +90,8 @@ function countingStatement(update: UpdateQueryNode, where: OperationNode | undef
   const node = (n: OperationNode) => ({ toOperationNode: () => n });
   const table = node(update.table!);
   const matched = where ? sql`${table} WHERE ${node(where)}` : sql`${table}`;
-  const head = sql.raw('"pgfence updated" AS (').toOperationNode();
-  const tail = sql`) SELECT (SELECT count(*) FROM "pgfence updated")::int AS written,
-       (SELECT count(*) FROM ${matched})::int AS matched,
-       (SELECT max(${column}) FROM ${matched})::text AS current`.toOperationNode();
+  const head = sql.raw(`${COUNTED_UPDATE_CTE} AS (`).toOperationNode();
+  const tail = sql`) ${countsAfterUpdate(sql as SqlTag<Expression<unknown>>, matched, column)}`.toOperationNode();
   return { ...update, with: { kind: 'WithNode', expressions: [head] } as unknown as UpdateQueryNode['with'], endModifiers: [...(update.endModifiers ?? []), tail] };
 }
 

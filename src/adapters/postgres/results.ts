@@ -7,6 +7,7 @@
  * transaction).
  */
 import { InvalidArgumentError } from '../../core/index.js';
+import { namesKeptProbeSql } from './postgres-sql.js';
 
 /** A postgres.js query as pgfence uses it: awaited for its rows; `transform` from postgres 4 on. */
 interface Statement extends PromiseLike<unknown> {
@@ -40,7 +41,7 @@ export async function statement(runner: Runner, instance: object, argument: stri
 async function namesKeptBy(runner: Runner, instance: object, argument: string): Promise<void> {
   let check = namesKept.get(instance);
   if (!check) {
-    check = Promise.resolve(runner.unsafe(`SELECT 1 AS ${PROBE_COLUMN}`, [])).then((rows) => PROBE_COLUMN in ((rows as Record<string, unknown>[])[0] ?? {}));
+    check = Promise.resolve(runner.unsafe(namesKeptProbeSql(PROBE_COLUMN), [])).then((rows) => PROBE_COLUMN in ((rows as Record<string, unknown>[])[0] ?? {}));
     namesKept.set(instance, check);
     // A check that failed (no connection, an aborted transaction) is made again next time; its error is the statement's.
     check.catch(() => namesKept.delete(instance));

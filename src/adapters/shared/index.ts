@@ -3,4 +3,4 @@ export * from './placeholders.js';
 export * from './transaction.js';
 export * from './schema-migrations.js';
 export * from './savepoint-scripts.js';
-export * from './schema-script.js';
+export * from './schema-script-sql.js';

@@ -17,14 +17,12 @@
  * Statements (the free key's single try, the token) and the abandon() of a doomed transaction go to the
  * transaction itself: an abandon() must doom it, not a savepoint of it.
  */
-import { undoWaitScript, WAIT_SAVEPOINT, type XactExecutor } from '../../advisory/index.js';
+import { reopenWaitSavepointSql, undoWaitScript, type XactExecutor } from '../../advisory/index.js';
 import { libraryXactExecutor, type LibraryTransaction } from './transaction.js';
 
 /** Runs a script in a new savepoint of the library's own, rolled back by the library when the script fails. */
 export type InLibrarySavepoint = (script: string) => Promise<Record<string, unknown>[][] | null>;
 
-/** The wait's savepoint (named once, in advisory/xact-sql.ts), opened again after the library rolled it back. */
-const REOPEN_WAIT_SAVEPOINT = `SAVEPOINT ${WAIT_SAVEPOINT}`;
 
 /**
  * libraryXactExecutor for a library whose transaction does not survive a failed statement: xactLock's
@@ -45,7 +43,7 @@ export function libraryXactExecutorInSavepoints(t: LibraryTransaction, inSavepoi
       }
       try {
         // The reopening statement's (empty) result comes first: xactLock finds a wait's row by its columns.
-        const results = await inSavepoint(reopen ? `${REOPEN_WAIT_SAVEPOINT};\n${text}` : text);
+        const results = await inSavepoint(reopen ? `${reopenWaitSavepointSql};\n${text}` : text);
         waitSavepointGone = false;
         return results;
       } catch (err) {

@@ -2,7 +2,7 @@ import type { EntityTarget, MigrationInterface, QueryRunner } from 'typeorm';
 import { describeType, InvalidArgumentError, schemaMissingError, sqlState, SQLSTATE } from '../../core/index.js';
 import { DEFAULT_FENCING_COLUMN, DEFAULT_VERSION_COLUMN, fencingColumnSql, versionColumnSql } from '../../fencing/index.js';
 import { booleanOption, optionKeys, optionsObject } from '../../options.js';
-import { dropFencingColumnSql, dropVersionColumnSql } from '../shared/column-migrations.js';
+import { dropFencingColumnSql, dropVersionColumnSql } from '../../fencing/index.js';
 import { columnName, entityMetadata, tableOf } from './entities.js';
 import { typeormSqlExecutor, typeormTarget } from './sql-executor.js';
 

@@ -13,6 +13,7 @@ import { performance } from 'node:perf_hooks';
 import type { LockHandle } from '../../core/index.js';
 import { SERVER_LOCK_TABLE_SHARE } from '../../advisory/index.js';
 import { lockKey } from '../../keys.js';
+import { lockTableSizeSql } from '../../session/index.js';
 import type { BenchContext } from '../context.js';
 import { atMost, timeRow } from '../report.js';
 import { fmt, pairedRatios, spread } from '../stats.js';
@@ -169,9 +170,7 @@ const count = (n: number) => n.toLocaleString('en-US');
  */
 async function guardedCount(observer: Awaited<ReturnType<BenchContext['client']>>): Promise<number> {
   const { rows } = await observer.query<{ size: number; locks: number; holders: number }>(
-    `SELECT current_setting('max_locks_per_transaction')::int
-            * (current_setting('max_connections')::int + current_setting('max_prepared_transactions')::int) AS size,
-            count(*)::int AS locks, count(DISTINCT pid)::int AS holders
+    `SELECT ${lockTableSizeSql}::int AS size, count(*)::int AS locks, count(DISTINCT pid)::int AS holders
        FROM pg_locks WHERE locktype = 'advisory'`,
   );
   const { size, locks, holders } = rows[0]!;

@@ -3,6 +3,7 @@ import { handleHold, type KindAdapter, lockerKind, SESSION_SCOPED } from './kind
 
 export const fenced: KindAdapter = {
   kind: 'fenced',
+  turn: 'lost-to-lease',
   family: 'session',
   modes: ['exclusive'],
   supports: { try: true, abort: true, renew: false },

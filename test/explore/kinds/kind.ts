@@ -82,6 +82,11 @@ export interface KindAdapter {
   readonly destroyedBy: readonly FaultType[];
   /** Its close ends a connection of the application's own, where a waiting statement runs on until its own timeout. */
   readonly closeEndsConnection?: boolean;
+  /**
+   * Its waiters' turn in PostgreSQL's queue for the name (docs/concepts.md, "Turns across kinds"): kept
+   * while a live lease holds the name, or lost to it. Absent: its waits are not checked for turns.
+   */
+  readonly turn?: 'kept' | 'lost-to-lease';
   open(ctx: KindContext): Promise<KindLocker>;
 }
 

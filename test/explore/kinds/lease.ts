@@ -3,6 +3,7 @@ import { handleHold, type KindAdapter, LEASE_SCOPED, lockerKind } from './kind.j
 
 export const lease: KindAdapter = {
   kind: 'lease',
+  turn: 'lost-to-lease',
   family: 'lease',
   modes: ['exclusive'],
   supports: { try: true, abort: true, renew: true },

@@ -3,6 +3,7 @@ import { handleHold, type KindAdapter, lockerKind, SESSION_SCOPED } from './kind
 
 export const session: KindAdapter = {
   kind: 'session',
+  turn: 'lost-to-lease',
   family: 'session',
   modes: ['exclusive', 'shared'],
   supports: { try: true, abort: true, renew: false },

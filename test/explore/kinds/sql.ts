@@ -150,6 +150,7 @@ async function tokenOf(
 
 export const sqlLock: KindAdapter = {
   kind: 'sql-lock',
+  turn: 'kept',
   family: 'session',
   modes: ['exclusive'],
   supports: { try: true, abort: false, renew: false },
@@ -261,6 +262,7 @@ function sqlLeaseHold(conn: Connection, ctx: KindContext, name: string, leaseTok
 
 export const sqlLease: KindAdapter = {
   kind: 'sql-lease',
+  turn: 'kept',
   family: 'lease',
   modes: ['exclusive'],
   supports: { try: true, abort: false, renew: true },
@@ -289,6 +291,7 @@ export const sqlLease: KindAdapter = {
 
 export const sqlXact: KindAdapter = {
   kind: 'sql-xact',
+  turn: 'kept',
   family: 'xact',
   modes: ['exclusive'],
   supports: { try: true, abort: false, renew: false },

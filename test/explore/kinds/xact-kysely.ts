@@ -6,6 +6,7 @@ import { driver, SESSION_SCOPED, type KindAdapter, statementGuardMs, transaction
 
 export const xactKysely: KindAdapter = {
   kind: 'xact-kysely',
+  turn: 'kept',
   family: 'xact',
   modes: ['exclusive', 'shared'],
   supports: { try: true, abort: true, renew: false },

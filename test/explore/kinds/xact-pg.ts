@@ -4,6 +4,7 @@ import { driver, SESSION_SCOPED, type KindAdapter, statementGuardMs, transaction
 
 export const xactPg: KindAdapter = {
   kind: 'xact-pg',
+  turn: 'kept',
   family: 'xact',
   modes: ['exclusive', 'shared'],
   supports: { try: true, abort: true, renew: false },
