@@ -15,9 +15,15 @@ export const xactPg: KindAdapter = {
     const pool = transactionPool(ctx.url, statementGuardMs(ctx.keepaliveMs));
     /** The clients of transactions still open: a close ends them (pool.end() waits for every checked-out client). */
     const open = new Set<() => void>();
+    let closed = false;
     return {
       acquire: async ({ name, mode, timeoutMs, signal, started }) => {
         const client = await driver(() => pool.connect());
+        // A connect that lands after close() (it was stuck behind a blackhole) must not keep pool.end() waiting.
+        if (closed) {
+          client.release(true);
+          return driver(() => Promise.reject(new Error('the actor closed while this call connected')));
+        }
         let done = false;
         const finish = (broken: boolean) => {
           if (done) return;
@@ -58,6 +64,7 @@ export const xactPg: KindAdapter = {
         }
       },
       close: async () => {
+        closed = true;
         for (const abandon of open) abandon();
         await pool.end();
       },
